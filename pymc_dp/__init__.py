@@ -1,0 +1,23 @@
+"""pymc-dp: differentially private Bayesian inference for PyMC models."""
+
+from pymc_dp import accounting
+from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger
+from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
+from pymc_dp.step_methods import DPPenalty, DPStep, PrivacyBudgetError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DPPenalty",
+    "DPStep",
+    "GaussianMechanism",
+    "PerRowLikelihood",
+    "PrivacyBudgetError",
+    "PrivacyLedger",
+    "PrivacyReport",
+    "accounting",
+    "privacy_report",
+    "sample",
+    "sanitize",
+]

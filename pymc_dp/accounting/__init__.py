@@ -1,0 +1,67 @@
+"""Privacy accounting for pymc-dp: pure functions, no PyMC import.
+
+* :mod:`~pymc_dp.accounting.gaussian`: exact composition of Gaussian mechanisms (closed-form PLD
+  N(mu, 2 mu)) and its inverses.
+* :mod:`~pymc_dp.accounting.rdp`: RDP curves, RDP -> (epsilon, delta), subsampled Gaussian
+  mechanisms through dp-accounting (with its sensitivity conventions spelled out).
+"""
+
+from ._validate import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_nonnegative,
+    check_positive,
+    check_probability,
+)
+from .gaussian import (
+    gaussian_delta,
+    gaussian_epsilon,
+    gaussian_log_delta,
+    gaussian_mu,
+    gaussian_mu_for_budget,
+    max_iterations,
+    max_releases,
+    noise_multiplier_for_budget,
+)
+from .rdp import (
+    DEFAULT_ORDERS,
+    DP_ACCOUNTING_ORDERS,
+    fixed_size_subsampled_gaussian_epsilon,
+    fixed_size_subsampled_gaussian_event,
+    fixed_size_subsampled_gaussian_rdp,
+    gaussian_rdp,
+    poisson_subsampled_gaussian_epsilon,
+    poisson_subsampled_gaussian_event,
+    poisson_subsampled_gaussian_rdp,
+    rdp_to_epsilon,
+    rdp_to_epsilon_best,
+)
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "DP_ACCOUNTING_ORDERS",
+    "check_count",
+    "check_delta",
+    "check_epsilon",
+    "check_nonnegative",
+    "check_positive",
+    "check_probability",
+    "fixed_size_subsampled_gaussian_epsilon",
+    "fixed_size_subsampled_gaussian_event",
+    "fixed_size_subsampled_gaussian_rdp",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_log_delta",
+    "gaussian_mu",
+    "gaussian_mu_for_budget",
+    "gaussian_rdp",
+    "max_iterations",
+    "max_releases",
+    "noise_multiplier_for_budget",
+    "poisson_subsampled_gaussian_epsilon",
+    "poisson_subsampled_gaussian_event",
+    "poisson_subsampled_gaussian_rdp",
+    "rdp_to_epsilon",
+    "rdp_to_epsilon_best",
+]

@@ -1,0 +1,6 @@
+"""DP step methods for ``pm.sample``."""
+
+from pymc_dp.step_methods.base import DPStep, PrivacyBudgetError
+from pymc_dp.step_methods.penalty import DPPenalty
+
+__all__ = ["DPStep", "DPPenalty", "PrivacyBudgetError"]
