@@ -33,7 +33,7 @@ from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.shape import SpecifyShape
-from pytensor.tensor.type import discrete_dtypes
+from pytensor.tensor.type import TensorType, discrete_dtypes
 
 __all__ = ["PerRowLikelihood", "data_dependent_variables"]
 
@@ -45,7 +45,12 @@ def _value_of(var: Variable) -> np.ndarray:
 
 
 def _is_data_node(var: Variable) -> bool:
-    return var.owner is None and isinstance(var, Constant | SharedVariable)
+    """A constant or shared tensor (not an RNG): where PyMC keeps data."""
+    return (
+        var.owner is None
+        and isinstance(var, Constant | SharedVariable)
+        and isinstance(var.type, TensorType)
+    )
 
 
 class PerRowLikelihood:
@@ -118,10 +123,11 @@ class PerRowLikelihood:
         self._check_finite_data()
 
         prior_terms = [model.logp(vars=model.free_RVs, jacobian=True)]
-        for pot in model.potentials:
-            if set(ancestors([pot])) & set(self.row_inputs):
+        potentials = model.replace_rvs_by_values(model.potentials)
+        for pot, name in zip(potentials, (p.name for p in model.potentials), strict=True):
+            if self._reads_row_data(pot):
                 raise ValueError(
-                    f"Potential '{pot.name}' reads per-row data. Potentials are treated as public "
+                    f"Potential '{name}' reads per-row data. Potentials are treated as public "
                     "prior terms; write the likelihood as observed variables so it can be clipped "
                     "and privatised."
                 )
@@ -204,6 +210,13 @@ class PerRowLikelihood:
                 found.append(var)
         return found
 
+    def _reads_row_data(self, var: Variable) -> bool:
+        """Whether ``var`` depends on an array with the row length (conservatively: private)."""
+        return any(
+            _is_data_node(a) and a.type.ndim >= 1 and _value_of(a).shape[0] == self.n_rows
+            for a in ancestors([var])
+        )
+
     def _check_finite_data(self) -> None:
         obs_names = {id(self.model.rvs_to_values[rv]): rv.name for rv in self.model.observed_RVs}
         for var in self.row_inputs:
@@ -255,7 +268,7 @@ class PerRowLikelihood:
 
     @cached_property
     def _prior_grad(self) -> Variable:
-        return pytensor.grad(self._prior, self._q)
+        return pytensor.grad(self._prior, self._q, disconnected_inputs="ignore")
 
     def _compile(self, inputs, outputs):
         fn = pm_compile(inputs, outputs, **self._compile_kwargs)
@@ -348,7 +361,8 @@ class PerRowLikelihood:
                 (g,) = self._batched([g])
                 inputs.append(self._idx)
             norms = pt.sqrt(pt.sum(pt.sqr(g), axis=1))
-            scale = bound / pt.maximum(norms, bound)
+            tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+            scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
             total = pt.dot(scale, g)
             outputs = [total, self._prior_grad]
             if diagnostics:
@@ -373,14 +387,8 @@ def data_dependent_variables(model: Model, likelihood: PerRowLikelihood | None =
     if likelihood is None:
         likelihood = PerRowLikelihood(model)
     observed = set(model.observed_RVs) | {model.rvs_to_values[rv] for rv in model.observed_RVs}
-    names = []
-    for det in model.deterministics:
-        for var in ancestors([det]):
-            if var in observed:
-                names.append(det.name)
-                break
-            if _is_data_node(var) and var.type.ndim >= 1:
-                if _value_of(var).shape[0] == likelihood.n_rows:
-                    names.append(det.name)
-                    break
-    return names
+    return [
+        det.name
+        for det in model.deterministics
+        if set(ancestors([det])) & observed or likelihood._reads_row_data(det)
+    ]

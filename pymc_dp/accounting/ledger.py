@@ -37,6 +37,9 @@ class GaussianMechanism:
         return gaussian_mu(self.noise_multiplier, self.count)
 
     def to_dp_event(self) -> dp_accounting.DpEvent:
+        """dp-accounting event. Evaluate it with ``NeighboringRelation.ADD_OR_REMOVE_ONE``: the
+        multiplier is already relative to the replace-one sensitivity, and dp-accounting's PLD
+        accountant would double the shift again under ``REPLACE_ONE`` (its issue #378)."""
         event = dp_accounting.GaussianDpEvent(self.noise_multiplier)
         return dp_accounting.SelfComposedDpEvent(event, self.count)
 

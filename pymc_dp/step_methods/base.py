@@ -165,7 +165,14 @@ class DPStep(ArrayStepShared):
         budget = gaussian_mu_for_budget(self.epsilon, self.delta)
         if self.noise_multiplier is None:
             scale = np.sqrt(self._mu_per_iteration(base) * releases / budget)
-            return {k: float(s * scale) for k, s in base.items()}
+            # Round towards more noise: the spent epsilon must never exceed the budget.
+            for _ in range(100):
+                noise = {k: float(s * scale) for k, s in base.items()}
+                spent = releases * self._mu_per_iteration(noise)
+                if spent <= budget and gaussian_epsilon(spent, self.delta) <= self.epsilon:
+                    return noise
+                scale *= 1 + 1e-11
+            raise AssertionError("noise calibration did not converge")  # pragma: no cover
         spend = releases * self._mu_per_iteration(base)
         if spend > budget * (1 + 1e-12):
             max_iter = int(np.floor(budget / (self.chains * self._mu_per_iteration(base))))

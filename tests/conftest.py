@@ -1,0 +1,39 @@
+"""Shared fixtures: models are compiled once per test session (PyTensor compiles take seconds)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import models  # noqa: E402
+
+import pymc_dp as pdp  # noqa: E402
+from pymc_dp.examples import banana  # noqa: E402
+
+MODEL_BUILDERS = {
+    "logistic_regression": models.logistic_regression,
+    "normal_scale": models.normal_scale,
+    "hierarchical": models.hierarchical,
+    "two_observed": models.two_observed,
+}
+
+
+@pytest.fixture(scope="session", params=list(MODEL_BUILDERS))
+def model_and_likelihood(request):
+    model = MODEL_BUILDERS[request.param]()
+    return request.param, model, pdp.PerRowLikelihood(model)
+
+
+@pytest.fixture(scope="session")
+def gaussian_banana():
+    """Theorem 12 banana with a = 0 (Gaussian posterior), d = 2, n = 1e4."""
+    return banana(n=10_000, d=2, a=0.0, seed=11)
+
+
+@pytest.fixture(scope="session")
+def gaussian_model(gaussian_banana):
+    return gaussian_banana.model()

@@ -1,0 +1,193 @@
+"""PerRowLikelihood: rows, gradients, prior and minibatches against PyMC's own logp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pdp
+
+
+def _points(lik, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    q0 = lik.ravel(lik.model.initial_point())
+    return [q0 + 0.4 * rng.standard_normal(lik.dim) for _ in range(k)]
+
+
+def test_rows_plus_prior_equals_model_logp(model_and_likelihood):
+    _, model, lik = model_and_likelihood
+    logp = model.compile_logp()
+    for q in _points(lik):
+        total = lik.logp_rows(q).sum() + lik.prior_logp_and_grad(q)[0]
+        assert total == pytest.approx(logp(lik.unravel(q)), rel=1e-9)
+        assert lik.logp_rows(q).shape == (lik.n_rows,)
+
+
+def test_gradients_match_finite_differences_and_pymc(model_and_likelihood):
+    _, model, lik = model_and_likelihood
+    dlogp = model.compile_dlogp()
+    for q in _points(lik, k=2):
+        g = lik.grad_rows(q)
+        assert g.shape == (lik.n_rows, lik.dim)
+        h = 1e-6
+        fd = np.stack(
+            [(lik.logp_rows(q + h * e) - lik.logp_rows(q - h * e)) / (2 * h) for e in np.eye(lik.dim)],
+            axis=1,
+        )
+        # central differences: truncation O(h^2 f''') and rounding O(eps |f| / h) ~ 1e-9 here
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
+        total = g.sum(0) + lik.prior_logp_and_grad(q)[1]
+        np.testing.assert_allclose(total, dlogp(lik.unravel(q)), rtol=1e-9, atol=1e-9)
+
+
+def test_minibatch_equals_full_rows(model_and_likelihood):
+    _, _, lik = model_and_likelihood
+    idx = np.array([0, lik.n_rows - 1, 5, 5, 17])
+    for q in _points(lik, k=2):
+        np.testing.assert_allclose(lik.batch_logp_rows(q, idx), lik.logp_rows(q)[idx], rtol=1e-12)
+        np.testing.assert_allclose(lik.batch_grad_rows(q, idx), lik.grad_rows(q)[idx], rtol=1e-12)
+
+
+def test_fused_kernels_equal_numpy_clipping(model_and_likelihood):
+    _, _, lik = model_and_likelihood
+    q, q2 = _points(lik, k=2)
+    diff = lik.logp_rows(q2) - lik.logp_rows(q)
+    bound = float(np.quantile(np.abs(diff), 0.7))  # clips ~30% of rows
+    total, prior_new, frac = lik.ratio_kernel(diagnostics=True)(q2, q, np.asarray(bound))
+    assert total == pytest.approx(np.clip(diff, -bound, bound).sum(), rel=1e-10)
+    assert prior_new == pytest.approx(lik.prior_logp_and_grad(q2)[0], rel=1e-12)
+    assert frac == pytest.approx(np.mean(np.abs(diff) > bound))
+
+    g = lik.grad_rows(q)
+    norms = np.linalg.norm(g, axis=1)
+    b = float(np.quantile(norms, 0.5))
+    expected = (g * np.minimum(1, b / norms)[:, None]).sum(0)
+    gsum, gprior, gfrac = lik.grad_kernel(diagnostics=True)(q, np.asarray(b))
+    np.testing.assert_allclose(gsum, expected, rtol=1e-10)
+    np.testing.assert_allclose(gprior, lik.prior_logp_and_grad(q)[1], rtol=1e-12)
+    assert gfrac == pytest.approx(np.mean(norms > b))
+
+    idx = np.arange(0, lik.n_rows, 3)
+    bt, bp = lik.ratio_kernel(batch=True)(q2, q, np.asarray(bound), idx)
+    assert bt == pytest.approx(np.clip(diff[idx], -bound, bound).sum(), rel=1e-10)
+    bg, _ = lik.grad_kernel(batch=True)(q, np.asarray(b), idx)
+    np.testing.assert_allclose(bg, (g * np.minimum(1, b / norms)[:, None])[idx].sum(0), rtol=1e-10)
+
+
+def test_zero_norm_gradient_rows_give_no_nan():
+    X = np.zeros((20, 2))  # every row has zero gradient w.r.t. beta
+    X[:10] = 1.0
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=np.ones(20, dtype=int))
+    lik = pdp.PerRowLikelihood(model)
+    gsum, _ = lik.grad_kernel()(np.zeros(2), np.asarray(0.1))
+    assert np.all(np.isfinite(gsum))
+    gsum0, _ = lik.grad_kernel()(np.zeros(2), np.asarray(0.0))  # bound 0: all rows clipped to 0
+    np.testing.assert_array_equal(gsum0, 0.0)
+
+
+def test_clipped_ratio_has_replace_one_sensitivity():
+    """|lambda(D) - lambda(D')| <= 2 b for neighbours D, D' differing in one (outlier) row."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=50)
+    x_nb = x.copy()
+    x_nb[7] = 1e6
+    kernels = []
+    for data in (x, x_nb):
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0, 1)
+            pm.Normal("x", mu, 1, observed=data)
+        kernels.append(pdp.PerRowLikelihood(model).ratio_kernel())
+    for bound in (0.01, 0.3, 2.0):
+        q, q2 = np.array([0.1]), np.array([0.1 + bound])
+        diff = kernels[0](q2, q, np.asarray(bound))[0] - kernels[1](q2, q, np.asarray(bound))[0]
+        assert abs(diff) <= 2 * bound + 1e-12
+        assert abs(diff) > bound  # the outlier row does hit the clip: the bound is tight
+
+
+def test_row_inputs_include_covariates(model_and_likelihood):
+    name, _, lik = model_and_likelihood
+    shapes = sorted(np.shape(v.data if hasattr(v, "data") else v.get_value()) for v in lik.row_inputs)
+    assert all(s[0] == lik.n_rows for s in shapes)
+    if name == "logistic_regression":
+        assert len(shapes) == 2  # X and y
+
+
+class TestErrors:
+    def test_no_observed(self):
+        with pm.Model() as model:
+            pm.Normal("a")
+        with pytest.raises(ValueError, match="no observed variable"):
+            pdp.PerRowLikelihood(model)
+
+    def test_discrete_free_variable(self):
+        with pm.Model() as model:
+            k = pm.Poisson("k", 3)
+            pm.Normal("x", k, 1, observed=np.zeros(5))
+        with pytest.raises(ValueError, match="discrete"):
+            pdp.PerRowLikelihood(model)
+
+    def test_rows_of_different_lengths(self):
+        with pm.Model() as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=np.zeros(5))
+            pm.Normal("y", a, 1, observed=np.zeros(7))
+        with pytest.raises(ValueError, match="row_dim"):
+            pdp.PerRowLikelihood(model)
+
+    def test_row_dim(self):
+        coords = {"person": range(6), "visit": range(3)}
+        with pm.Model(coords=coords) as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=np.zeros((3, 6)), dims=("visit", "person"))
+            pm.Normal("y", a, 1, observed=np.ones(6), dims="person")
+        lik = pdp.PerRowLikelihood(model, row_dim="person")
+        assert lik.n_rows == 6
+        q = np.array([0.3])
+        assert lik.logp_rows(q).sum() + lik.prior_logp_and_grad(q)[0] == pytest.approx(
+            model.compile_logp()({"a": 0.3})
+        )
+        with pytest.raises(ValueError, match="row_dim"):
+            pdp.PerRowLikelihood(model, row_dim="nope")
+
+    @pytest.mark.parametrize("bad", [np.nan, np.inf])
+    def test_non_finite_data(self, bad):
+        X = np.ones((5, 2))
+        X[2, 1] = bad
+        with pm.Model() as model:
+            b = pm.Normal("b", shape=2)
+            pm.Normal("y", pm.math.dot(X, b), 1, observed=np.zeros(5))
+        with pytest.raises(ValueError, match="NaN or inf"):
+            pdp.PerRowLikelihood(model)
+
+    def test_inf_in_observed(self):
+        with pm.Model() as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=np.array([0.0, np.inf, 1.0]))
+        with pytest.raises(ValueError, match="'x'.*NaN or inf"):
+            pdp.PerRowLikelihood(model)
+
+    def test_missing_values(self):
+        with pm.Model() as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=np.array([0.0, np.nan, 1.0]))
+        with pytest.raises(ValueError, match="missing values"):
+            pdp.PerRowLikelihood(model)
+
+    def test_empty_data(self):
+        with pm.Model() as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=np.zeros(0))
+        with pytest.raises(ValueError, match="empty"):
+            pdp.PerRowLikelihood(model)
+
+    def test_potential_reading_data(self):
+        x = np.arange(8.0)
+        with pm.Model() as model:
+            a = pm.Normal("a")
+            pm.Normal("x", a, 1, observed=x)
+            pm.Potential("leak", -((x - a) ** 2).sum())
+        with pytest.raises(ValueError, match="Potential 'leak'"):
+            pdp.PerRowLikelihood(model)
