@@ -11,7 +11,9 @@ __all__ = ["mmd", "median_bandwidth"]
 def median_bandwidth(x: np.ndarray, y: np.ndarray, subsample: int = 50, seed: int = 0) -> float:
     """Median pairwise distance of 50 + 50 points drawn with replacement (Raisa 2021, 5.4)."""
     rng = np.random.default_rng(seed)
-    pts = np.vstack([x[rng.integers(len(x), size=subsample)], y[rng.integers(len(y), size=subsample)]])
+    pts = np.vstack(
+        [x[rng.integers(len(x), size=subsample)], y[rng.integers(len(y), size=subsample)]]
+    )
     return float(np.median(pdist(pts)))
 
 

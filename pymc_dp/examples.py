@@ -45,7 +45,9 @@ class Banana:
             theta = pm.Flat("theta", shape=self.d)
             # Banana prior Ban(0, sigma0^2 I, a): g^{-1}(theta) ~ N(0, sigma0^2 I), Jacobian 1.
             u = pm.math.concatenate([theta[:1], theta[1:2] + self.a * theta[:1] ** 2, theta[2:]])
-            pm.Potential("banana_prior", pm.logp(pm.Normal.dist(0, np.sqrt(self.prior_var)), u).sum())
+            pm.Potential(
+                "banana_prior", pm.logp(pm.Normal.dist(0, np.sqrt(self.prior_var)), u).sum()
+            )
             mean = pm.math.concatenate([theta[:1], theta[1:2] + self.a * theta[:1] ** 2, theta[2:]])
             if self.tempering == 1.0:
                 pm.Normal("x", mean, sd, observed=self.data)

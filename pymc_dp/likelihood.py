@@ -103,7 +103,9 @@ class PerRowLikelihood:
         value_vars = set(model.value_vars)
         for v in vars:
             if v not in value_vars:
-                raise ValueError(f"`vars` contains {v}, which is not a value variable of the model.")
+                raise ValueError(
+                    f"`vars` contains {v}, which is not a value variable of the model."
+                )
         discrete = [v.name for v in vars if v.dtype in discrete_dtypes]
         if discrete:
             raise ValueError(
@@ -193,7 +195,8 @@ class PerRowLikelihood:
             out.append((term, length))
         lengths = {length for _, length in out}
         if len(lengths) > 1:
-            names = {rv.name: length for rv, (_, length) in zip(self.model.observed_RVs, out)}
+            obs = self.model.observed_RVs
+            names = {rv.name: length for rv, (_, length) in zip(obs, out, strict=True)}
             raise ValueError(
                 f"Observed variables have different numbers of rows {names}; pass `row_dim=` "
                 "naming the dim that indexes people."
@@ -275,7 +278,7 @@ class PerRowLikelihood:
         fn.trust_input = True
         return fn
 
-    # ------------------------------------------------------------------ unfused (tests, diagnostics)
+    # -------------------------------------------------------- unfused (tests, diagnostics)
     @cached_property
     def logp_rows_fn(self):
         """``q -> (n,)`` per-row log-likelihood."""
@@ -361,7 +364,9 @@ class PerRowLikelihood:
                 (g,) = self._batched([g])
                 inputs.append(self._idx)
             norms = pt.sqrt(pt.sum(pt.sqr(g), axis=1))
-            tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+            tiny = np.finfo(
+                self._q.dtype
+            ).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
             scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
             total = pt.dot(scale, g)
             outputs = [total, self._prior_grad]

@@ -134,7 +134,9 @@ def sample(
         )
     for key in ("trace", "idata_kwargs"):
         if kwargs.get(key):
-            raise ValueError(f"`{key}` is not supported by pdp.sample (it could store private data).")
+            raise ValueError(
+                f"`{key}` is not supported by pdp.sample (it could store private data)."
+            )
     if cores is None:
         cores = min(4, default_chains())
     if chains is None:
@@ -185,7 +187,8 @@ class PrivacyReport:
 
     def __str__(self) -> str:
         lines = [
-            f"(epsilon, delta) = ({self.epsilon:.6g}, {self.delta:.3g})-DP over {self.chains} chains",
+            f"(epsilon, delta) = ({self.epsilon:.6g}, {self.delta:.3g})-DP"
+            f" over {self.chains} chains",
             f"  accountant:   {self.accountant}",
             f"  neighbouring: {self.neighbouring}",
             "  per chain:    " + ", ".join(f"{e:.4g}" for e in self.epsilon_per_chain),

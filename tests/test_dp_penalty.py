@@ -36,7 +36,9 @@ def _check_moments(draws: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> None:
 @pytest.mark.parametrize(
     "proposal,scale", [("random_walk", RW_SCALE), ("ocu", SINGLE_SCALE), ("gwmh", SINGLE_SCALE)]
 )
-def test_recovers_gaussian_posterior_at_large_epsilon(gaussian_banana, gaussian_model, proposal, scale):
+def test_recovers_gaussian_posterior_at_large_epsilon(
+    gaussian_banana, gaussian_model, proposal, scale
+):
     mean, var = gaussian_banana.posterior_params()
     with gaussian_model:
         # llr_clip = 5 clips a row only if |x - theta| > 5 sigma_i^2 (> 7 sd): never, here.
@@ -90,7 +92,11 @@ def test_acceptance_drops_with_epsilon_as_the_penalty_predicts(gaussian_banana, 
             predicted, se_pred = _predicted_acceptance(
                 gaussian_banana, step.likelihood, s, 5.0, RW_SCALE
             )
-            assert abs(observed - predicted) < 4 * np.hypot(se_obs, se_pred), (s, observed, predicted)
+            assert abs(observed - predicted) < 4 * np.hypot(se_obs, se_pred), (
+                s,
+                observed,
+                predicted,
+            )
             rates.append((observed, predicted, pdp.privacy_report(idata).epsilon))
     observed, predicted, eps = map(np.array, zip(*rates, strict=True))
     assert np.all(np.diff(eps) < 0)
@@ -115,11 +121,15 @@ class TestBudget:
         # per-chain running spend: increasing, ends at the one-chain cost
         spent = idata.sample_stats["dp_epsilon"].values
         assert np.all(np.diff(spent, axis=1) > 0)
-        np.testing.assert_allclose(spent[:, -1], gaussian_epsilon(300 / (2 * s**2), 1e-6), rtol=1e-9)
+        np.testing.assert_allclose(
+            spent[:, -1], gaussian_epsilon(300 / (2 * s**2), 1e-6), rtol=1e-9
+        )
 
     def test_fixed_noise_reports_spent_budget(self, gaussian_model):
         with gaussian_model:
-            step = pdp.DPPenalty(noise_multiplier=30.0, delta=1e-6, llr_clip=2.0, proposal_scale=0.01)
+            step = pdp.DPPenalty(
+                noise_multiplier=30.0, delta=1e-6, llr_clip=2.0, proposal_scale=0.01
+            )
             idata = pdp.sample(
                 draws=30, tune=20, chains=1, cores=1, step=step, random_seed=1, progressbar=False
             )
@@ -170,7 +180,12 @@ def test_same_seed_same_draws_any_cores(gaussian_model, proposal):
             )
             runs.append(
                 pdp.sample(
-                    draws=100, tune=50, chains=2, cores=cores, step=step, random_seed=42,
+                    draws=100,
+                    tune=50,
+                    chains=2,
+                    cores=cores,
+                    step=step,
+                    random_seed=42,
                     progressbar=False,
                 )
             )

@@ -32,7 +32,10 @@ def test_gradients_match_finite_differences_and_pymc(model_and_likelihood):
         assert g.shape == (lik.n_rows, lik.dim)
         h = 1e-6
         fd = np.stack(
-            [(lik.logp_rows(q + h * e) - lik.logp_rows(q - h * e)) / (2 * h) for e in np.eye(lik.dim)],
+            [
+                (lik.logp_rows(q + h * e) - lik.logp_rows(q - h * e)) / (2 * h)
+                for e in np.eye(lik.dim)
+            ],
             axis=1,
         )
         # central differences: truncation O(h^2 f''') and rounding O(eps |f| / h) ~ 1e-9 here
@@ -109,7 +112,9 @@ def test_clipped_ratio_has_replace_one_sensitivity():
 
 def test_row_inputs_include_covariates(model_and_likelihood):
     name, _, lik = model_and_likelihood
-    shapes = sorted(np.shape(v.data if hasattr(v, "data") else v.get_value()) for v in lik.row_inputs)
+    shapes = sorted(
+        np.shape(v.data if hasattr(v, "data") else v.get_value()) for v in lik.row_inputs
+    )
     assert all(s[0] == lik.n_rows for s in shapes)
     if name == "logistic_regression":
         assert len(shapes) == 2  # X and y

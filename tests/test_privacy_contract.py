@@ -36,8 +36,9 @@ def _run(model, **kw):
         step = pdp.DPPenalty(
             epsilon=kw.pop("epsilon", 2.0), llr_clip=3.0, proposal_scale=0.05, proposal="ocu", **kw
         )
-        return pdp.sample(draws=60, tune=20, chains=2, cores=1, step=step, progressbar=False,
-                          random_seed=0)
+        return pdp.sample(
+            draws=60, tune=20, chains=2, cores=1, step=step, progressbar=False, random_seed=0
+        )
 
 
 def _all_arrays(idata):
@@ -71,8 +72,9 @@ def test_plain_pm_sample_warns_and_sanitize_strips(regression):
     with model:
         step = pdp.DPPenalty(epsilon=1.0, chains=2, llr_clip=3.0, proposal_scale=0.05)
         with pytest.warns(UserWarning, match="observed_data") as record:
-            idata = pm.sample(draws=30, tune=0, chains=2, cores=1, step=step, progressbar=False,
-                              random_seed=1)
+            idata = pm.sample(
+                draws=30, tune=0, chains=2, cores=1, step=step, progressbar=False, random_seed=1
+            )
     assert sum("observed_data" in str(w.message) for w in record) == 1  # warned once
     assert "observed_data" in idata.children and "constant_data" in idata.children
     assert "fitted" in idata.posterior.data_vars
@@ -90,8 +92,15 @@ def test_sanitize_drops_stats_of_non_dp_samplers():
     with pm.Model() as model:
         a = pm.Normal("a")
         pm.Normal("x", a, 1, observed=np.zeros(10))
-        idata = pm.sample(draws=20, tune=10, chains=1, step=pm.Metropolis(), progressbar=False,
-                          random_seed=0, compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=20,
+            tune=10,
+            chains=1,
+            step=pm.Metropolis(),
+            progressbar=False,
+            random_seed=0,
+            compute_convergence_checks=False,
+        )
     clean = pdp.sanitize(idata, model)
     assert not set(clean.sample_stats.data_vars) - RELEASABLE
 

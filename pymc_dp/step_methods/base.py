@@ -100,7 +100,11 @@ class DPStep(ArrayStepShared):
             check_epsilon(epsilon)
         if noise_multiplier is not None:
             check_positive(noise_multiplier, "noise_multiplier")
-        vars = list(model.value_vars) if vars is None else [model.rvs_to_values.get(v, v) for v in vars]
+        vars = (
+            list(model.value_vars)
+            if vars is None
+            else [model.rvs_to_values.get(v, v) for v in vars]
+        )
         missing = [v.name for v in model.value_vars if v not in vars]
         if missing:
             raise ValueError(
@@ -108,7 +112,9 @@ class DPStep(ArrayStepShared):
                 "to PyMC's samplers, which use the exact likelihood and report it (lp, energy) "
                 "without noise. Leave `vars` at its default."
             )
-        self.likelihood = PerRowLikelihood(model, vars, row_dim=row_dim, compile_kwargs=compile_kwargs)
+        self.likelihood = PerRowLikelihood(
+            model, vars, row_dim=row_dim, compile_kwargs=compile_kwargs
+        )
         self.n_rows = self.likelihood.n_rows
         if delta is None:
             delta = 0.1 / self.n_rows

@@ -89,9 +89,7 @@ class DPPenalty(DPStep):
     ) -> None:
         check_positive(llr_clip, "llr_clip")
         if proposal not in ("random_walk", "ocu", "gwmh"):
-            raise ValueError(
-                f"`proposal` must be 'random_walk', 'ocu' or 'gwmh', got {proposal!r}"
-            )
+            raise ValueError(f"`proposal` must be 'random_walk', 'ocu' or 'gwmh', got {proposal!r}")
         if not (np.isfinite(tempering) and 0 < tempering <= 1):
             raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
         super().__init__(vars, **kwargs)
