@@ -1,7 +1,7 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
 from pymc_dp import accounting
-from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger
+from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
 from pymc_dp.step_methods import DPPenalty, DPStep, PrivacyBudgetError
@@ -16,6 +16,7 @@ __all__ = [
     "PrivacyBudgetError",
     "PrivacyLedger",
     "PrivacyReport",
+    "PureDPMechanism",
     "accounting",
     "privacy_report",
     "sample",

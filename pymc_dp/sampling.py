@@ -219,11 +219,7 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             neighbouring=ledger.neighbouring,
             chains=ledger.chains,
             epsilon_per_chain=(ledger.epsilon_per_chain,) * ledger.chains,
-            mechanisms=tuple(
-                f"{m.name}: {m.count} Gaussian releases per chain, noise multiplier "
-                f"{m.noise_multiplier:.6g}"
-                for m in ledger.per_chain
-            ),
+            mechanisms=tuple(m.describe() + " per chain" for m in ledger.per_chain),
             releasable=ledger.releasable,
             target_epsilon=ledger.target_epsilon,
         )

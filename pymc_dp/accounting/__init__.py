@@ -2,6 +2,7 @@
 
 * :mod:`~pymc_dp.accounting.gaussian`: exact composition of Gaussian mechanisms (closed-form PLD
   N(mu, 2 mu)) and its inverses.
+* :mod:`~pymc_dp.accounting.ledger`: the privacy ledger recorded in every result.
 * :mod:`~pymc_dp.accounting.rdp`: RDP curves, RDP -> (epsilon, delta), subsampled Gaussian
   mechanisms through dp-accounting (with its sensitivity conventions spelled out).
 """
@@ -24,6 +25,7 @@ from .gaussian import (
     max_releases,
     noise_multiplier_for_budget,
 )
+from .ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
 from .rdp import (
     DEFAULT_ORDERS,
     DP_ACCOUNTING_ORDERS,
@@ -41,6 +43,9 @@ from .rdp import (
 __all__ = [
     "DEFAULT_ORDERS",
     "DP_ACCOUNTING_ORDERS",
+    "GaussianMechanism",
+    "PrivacyLedger",
+    "PureDPMechanism",
     "check_count",
     "check_delta",
     "check_epsilon",
