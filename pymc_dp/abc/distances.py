@@ -1,0 +1,328 @@
+"""Distances between the private data and a simulated data set, with proven sensitivities.
+
+ABCDP (Park, Vinaroz & Jitkrittum 2021) is epsilon-DP for any distance ``rho(Y*, Y)`` whose
+sensitivity to the private data ``Y*`` is bounded for every fixed simulated ``Y`` (Theorem 4.1).
+Neighbouring data sets here differ by *replacing one row* (the leading axis of the observed
+array; n is public), the relation used throughout pymc-dp.
+
+A distance is used in two steps, so that nothing derived from the private data outlives a run:
+
+1. ``distance.prepare(pilot, rng)`` fixes every tuning choice (kernel bandwidth, random Fourier
+   frequencies) from *simulated* data and public randomness only, and returns a configured copy;
+2. ``configured.against(observed)`` returns a closure computing ``rho(Y*, Y_t)`` for a batch of
+   simulated data sets. The closure holds the private embedding; the sampler drops it at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.spatial.distance import cdist, pdist
+
+from pymc_dp.accounting._validate import check_count, check_positive
+
+__all__ = ["Distance", "MMD", "SummaryDistance", "median_heuristic"]
+
+Batch = NDArray[np.float64]  # (B, n, ...) simulated data sets, rows on axis 1
+DistanceFn = Callable[[Batch], NDArray[np.float64]]
+
+# Elements per float32 work array in the random-feature kernel: small enough to stay in cache.
+_RFF_CHUNK = 1 << 19
+
+
+def _rows(x: NDArray, leading: int = 1) -> NDArray[np.float64]:
+    """Reshape to (..., rows, features): axes after the first ``leading`` ones are flattened."""
+    x = np.asarray(x, dtype=np.float64)
+    return x.reshape(*x.shape[: leading + 1], -1)
+
+
+def median_heuristic(pilot: NDArray, max_rows: int = 200, rng: np.random.Generator | None = None):
+    """Median heuristic bandwidth from *simulated* data sets only.
+
+    For each pilot data set, the median Euclidean distance between (up to ``max_rows``) of its
+    rows; the bandwidth is the median over data sets. Taking pairs within a data set measures
+    the spread of one data set, which is what the kernel compares, rather than the spread of
+    the prior predictive.
+
+    Parameters
+    ----------
+    pilot : ndarray, shape (k, n, ...)
+        Data sets simulated from the prior predictive (public).
+    max_rows : int
+        Rows subsampled per data set.
+    rng : numpy.random.Generator, optional
+        Subsampling randomness.
+    """
+    pilot = _rows(pilot)
+    rng = np.random.default_rng(rng)
+    medians = []
+    for data in pilot:
+        idx = rng.choice(len(data), size=min(max_rows, len(data)), replace=False)
+        d = pdist(data[idx])
+        d = d[d > 0]  # ties (discrete data) would give a zero bandwidth
+        if d.size:
+            medians.append(np.median(d))
+    if not medians:
+        raise ValueError(
+            "The median heuristic found no two distinct simulated rows; pass `bandwidth=`."
+        )
+    return float(np.median(medians))
+
+
+class Distance(ABC):
+    """A distance ``rho(Y*, Y)`` with a replace-one sensitivity bound (Theorem 4.1's Delta_rho)."""
+
+    @abstractmethod
+    def sensitivity(self, n: int) -> float:
+        """Sup over replace-one neighbours ``Y*, Y*'`` of size n, and over all simulated ``Y``,
+        of ``|rho(Y*, Y) - rho(Y*', Y)|``."""
+
+    def prepare(
+        self, simulate: Callable[[int], Batch], row_size: int, rng: np.random.Generator
+    ) -> Distance:
+        """Fix the tuning choices from simulated data and public randomness.
+
+        ``simulate(k)`` draws k data sets from the prior predictive on demand; ``row_size`` is the
+        number of values in one row. Must not see the private data.
+        """
+        return self
+
+    @abstractmethod
+    def against(self, observed: NDArray) -> DistanceFn:
+        """Closure ``batch -> rho(observed, batch[i])`` for simulated batches (B, n, ...)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Public, netCDF-safe description for the result's attrs."""
+        return {"abcdp_distance": type(self).__name__}
+
+
+@dataclass(frozen=True)
+class MMD(Distance):
+    """Maximum mean discrepancy with a Gaussian kernel: the square root of the biased V-statistic.
+
+    ``rho(Y*, Y) = || mean_i phi(y*_i) - mean_j phi(y_j) ||_H``, with
+    ``k(x, y) = exp(-||x - y||^2 / (2 l^2))`` (rows flattened to vectors). Lemma 4.1 of Park et al.
+    (2021): for a kernel bounded by ``B_k``,
+
+        |rho(Y*, Y) - rho(Y*', Y)| <= || phi(y*_i) - phi(y*'_i) ||_H / n <= 2 sqrt(B_k) / n
+
+    for ``Y*, Y*'`` of the same size n differing in *one replaced row* i, and any simulated ``Y``
+    (of any size; the proof uses the reverse triangle inequality). ``B_k = 1`` here, so
+    ``Delta = 2 / n``. This holds for replace-one neighbours only; under add/remove-one the mean
+    embedding's weights 1/n change too. (For a kernel with ``k >= 0`` such as the Gaussian, the
+    middle term is at most ``sqrt(2 B_k) / n``; we keep the paper's constant.)
+
+    Parameters
+    ----------
+    bandwidth : float, optional
+        Kernel lengthscale ``l``. Default: :func:`median_heuristic` on data sets simulated from
+        the prior predictive, never on the private data.
+    n_features : int or None, default 100
+        Number ``D`` of random Fourier frequencies ``w_j ~ N(0, I / l^2)`` (Rahimi & Recht 2007);
+        features ``phi(x) = [cos(w_j . x), sin(w_j . x)]_j / sqrt(D)`` have ``||phi(x)|| = 1``
+        exactly, so the RFF kernel is itself bounded by ``B_k = 1`` and Lemma 4.1 applies to the
+        computed distance, not only to its limit. Cost O(n D) per proposal. ``None``: the exact
+        kernel, O(n^2) per proposal, for small data.
+    pilot_draws : int, default 20
+        Prior-predictive data sets simulated for the median heuristic.
+    """
+
+    bandwidth: float | None = None
+    n_features: int | None = 100
+    pilot_draws: int = 20
+    frequencies: NDArray[np.float64] | None = None  # set by prepare(); public randomness
+
+    #: Bound ``B_k`` on the kernel (Gaussian and its random-feature version).
+    kernel_bound = 1.0
+
+    def __post_init__(self) -> None:
+        if self.bandwidth is not None:
+            object.__setattr__(self, "bandwidth", check_positive(self.bandwidth, "bandwidth"))
+        if self.n_features is not None:
+            object.__setattr__(self, "n_features", check_count(self.n_features, "n_features", 1))
+        object.__setattr__(self, "pilot_draws", check_count(self.pilot_draws, "pilot_draws", 1))
+
+    def sensitivity(self, n: int) -> float:
+        return 2.0 * math.sqrt(self.kernel_bound) / check_count(n, "n", minimum=1)
+
+    def prepare(
+        self, simulate: Callable[[int], Batch], row_size: int, rng: np.random.Generator
+    ) -> MMD:
+        out = self
+        if out.bandwidth is None:
+            out = replace(out, bandwidth=median_heuristic(simulate(out.pilot_draws), rng=rng))
+        if out.n_features is not None and out.frequencies is None:
+            freqs = rng.standard_normal((row_size, out.n_features)) / out.bandwidth
+            out = replace(out, frequencies=freqs)
+        return out
+
+    def against(self, observed: NDArray) -> DistanceFn:
+        if self.bandwidth is None or (self.n_features is not None and self.frequencies is None):
+            raise RuntimeError("MMD.against() needs prepare() first (bandwidth, frequencies).")
+        x = _rows(observed, leading=0)
+        if self.n_features is None:
+            return self._exact(x)
+        return self._random_features(x)
+
+    def _exact(self, x: NDArray[np.float64]) -> DistanceFn:
+        gamma = 1.0 / (2.0 * self.bandwidth**2)
+        kxx = float(np.exp(-gamma * cdist(x, x, "sqeuclidean")).mean())
+
+        def rho(batch: Batch) -> NDArray[np.float64]:
+            out = np.empty(len(batch))
+            for i, y in enumerate(_rows(batch)):
+                kyy = np.exp(-gamma * cdist(y, y, "sqeuclidean")).mean()
+                kxy = np.exp(-gamma * cdist(x, y, "sqeuclidean")).mean()
+                out[i] = math.sqrt(max(kxx + kyy - 2.0 * kxy, 0.0))
+            return out
+
+        return rho
+
+    def _random_features(self, x: NDArray[np.float64]) -> DistanceFn:
+        w = np.asarray(self.frequencies, dtype=np.float64)
+        n_feat = w.shape[1]
+        # The private embedding in float64: its replace-one change is ||phi(x) - phi(x')|| / n with
+        # ||phi|| = 1 to double precision, so the computed rho keeps Delta = 2 / n.
+        phase = x @ w
+        mu_x = np.concatenate([np.cos(phase).mean(0), np.sin(phase).mean(0)]) / math.sqrt(n_feat)
+        w32 = w.astype(np.float32)
+
+        def rho(batch: Batch) -> NDArray[np.float64]:
+            # The simulated side is any fixed function of public data (a query of the SVT), so it
+            # may be computed in float32: SIMD sin/cos are ~20x faster, and rounding (~1e-7)
+            # changes the query, not its sensitivity to the private data.
+            ys = _rows(batch).astype(np.float32)
+            out = np.empty(len(ys))
+            chunk = max(1, _RFF_CHUNK // n_feat)
+            for i, y in enumerate(ys):
+                emb = np.zeros(2 * n_feat)
+                for start in range(0, len(y), chunk):
+                    ph = _phase(y[start : start + chunk], w32)
+                    emb[:n_feat] += np.cos(ph).sum(0, dtype=np.float64)
+                    emb[n_feat:] += np.sin(ph).sum(0, dtype=np.float64)
+                emb /= len(y) * math.sqrt(n_feat)
+                out[i] = float(np.linalg.norm(mu_x - emb))
+            return out
+
+        return rho
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "abcdp_distance": (
+                "MMD, Gaussian kernel, sqrt of the biased V-statistic"
+                + (f", {self.n_features} random Fourier features" if self.n_features else "")
+            ),
+            "abcdp_bandwidth": float(self.bandwidth) if self.bandwidth is not None else np.nan,
+            "abcdp_n_features": int(self.n_features or 0),
+        }
+
+
+def _phase(y: NDArray[np.float32], w: NDArray[np.float32]) -> NDArray[np.float32]:
+    """``y @ w`` for (rows, d) x (d, D); broadcast products for small d avoid BLAS, which is
+    slow for an inner dimension of 1 and oversubscribes threads on busy machines."""
+    if w.shape[0] > 8:
+        return y @ w
+    ph = y[:, :1] * w[0]
+    for k in range(1, w.shape[0]):
+        ph += y[:, k : k + 1] * w[k]
+    return ph
+
+
+@dataclass(frozen=True)
+class SummaryDistance(Distance):
+    """Euclidean distance between summary statistics, clipped at ``clip`` (Park et al. 2021, Sec. 4).
+
+    ``rho(Y*, Y) = min(|| s(Y*) - s(Y) ||_2, C)``. Two modes, with different sensitivities under
+    replace-one neighbours (n public):
+
+    * ``row_bound=None``: ``statistic`` maps a whole data set (observed shape) to a vector. Nothing
+      is assumed about it, so only the clipping bounds the sensitivity: ``Delta = C`` (both
+      distances lie in [0, C]). Usually very noisy; prefer the next mode.
+    * ``row_bound=B``: ``statistic`` maps the rows (observed shape, n rows) to per-row vectors
+      ``f(y_i)`` of shape (n, k), and ``s(Y) = mean_i clip_B(f(y_i))``, where ``clip_B`` rescales
+      a vector to L2 norm at most B. Replacing one row moves ``s(Y*)`` by at most ``2 B / n``, so
+      by the reverse triangle inequality and the 1-Lipschitz ``min(., C)``,
+      ``Delta = min(C, 2 B / n)``. The bound is enforced by the clipping, not assumed.
+
+    Parameters
+    ----------
+    statistic : callable
+        See the modes above. Must not read anything but its argument (no private side inputs).
+    clip : float
+        Clipping bound ``C`` > 0 of the distance.
+    row_bound : float, optional
+        Per-row L2 bound ``B`` > 0 (enables the second mode).
+    weights : array_like, optional
+        Per-coordinate weights ``w`` of a weighted distance ``|| w * (s(Y*) - s(Y)) ||``, applied
+        to the clipped mean; the sensitivity is multiplied by ``max |w|``.
+    """
+
+    statistic: Callable[[NDArray], NDArray]
+    clip: float
+    row_bound: float | None = None
+    weights: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.statistic):
+            raise ValueError(f"`statistic` must be callable, got {self.statistic!r}")
+        object.__setattr__(self, "clip", check_positive(self.clip, "clip"))
+        if self.row_bound is not None:
+            object.__setattr__(self, "row_bound", check_positive(self.row_bound, "row_bound"))
+        if self.weights is not None:
+            w = np.asarray(self.weights, dtype=np.float64).ravel()
+            if w.size == 0 or not np.all(np.isfinite(w)) or not np.any(w != 0):
+                raise ValueError("`weights` must be finite and not all zero")
+            object.__setattr__(self, "weights", w)
+
+    def sensitivity(self, n: int) -> float:
+        n = check_count(n, "n", minimum=1)
+        if self.row_bound is None:
+            return self.clip
+        scale = float(np.max(np.abs(self.weights))) if self.weights is not None else 1.0
+        return min(self.clip, 2.0 * self.row_bound * scale / n)
+
+    def _summary(self, data: NDArray) -> NDArray[np.float64]:
+        stat = np.asarray(self.statistic(data), dtype=np.float64)
+        if self.row_bound is not None:
+            if stat.ndim == 1:
+                stat = stat[:, None]
+            if stat.ndim != 2 or stat.shape[0] != len(data):
+                raise ValueError(
+                    f"With `row_bound`, `statistic` must return one vector per row, shape "
+                    f"({len(data)}, k); got {stat.shape}."
+                )
+            norms = np.linalg.norm(stat, axis=1, keepdims=True)
+            stat = stat * np.minimum(1.0, self.row_bound / np.maximum(norms, 1e-300))
+            stat = stat.mean(0)
+        stat = stat.ravel()
+        if not np.all(np.isfinite(stat)):
+            raise ValueError("`statistic` returned NaN or inf")
+        return stat * self.weights if self.weights is not None else stat
+
+    def against(self, observed: NDArray) -> DistanceFn:
+        s_obs = self._summary(np.asarray(observed))
+
+        def rho(batch: Batch) -> NDArray[np.float64]:
+            out = np.empty(len(batch))
+            for i, y in enumerate(batch):
+                out[i] = min(float(np.linalg.norm(s_obs - self._summary(y))), self.clip)
+            return out
+
+        return rho
+
+    def describe(self) -> dict[str, Any]:
+        mode = (
+            f"per-row statistic clipped to L2 norm {self.row_bound:g}, averaged"
+            if self.row_bound is not None
+            else "data-set statistic (sensitivity = clip)"
+        )
+        return {
+            "abcdp_distance": f"summary statistic, Euclidean, clipped at {self.clip:g}; {mode}",
+            "abcdp_clip": float(self.clip),
+        }

@@ -1,0 +1,300 @@
+"""ABCDP: differentially private rejection ABC over ``pm.Simulator`` models.
+
+Park, Vinaroz & Jitkrittum (2021), "ABCDP: Approximate Bayesian Computation with Differential
+Privacy", Algorithm 1. A public stage draws ``(theta_t, Y_t)`` from the prior and the simulator in
+batches; a private stage runs the sparse vector technique on ``rho(Y*, Y_t)`` and keeps the
+``theta_t`` it accepts. The run is pure ``epsilon``-DP (Theorem 4.1) under replace-one neighbours.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import arviz_base
+import numpy as np
+from numpy.typing import NDArray
+from pymc.model import Model, modelcontext
+from pymc.progress_bar import create_simple_progress, default_progress_theme
+from xarray import DataTree
+
+from pymc_dp.abc.distances import MMD, Distance
+from pymc_dp.abc.public import PriorSampler, SimulatorModel, simulate, simulator_model
+from pymc_dp.abc.svt import SparseVector, noise_scale
+from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
+from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
+
+__all__ = ["sample_abcdp", "sample_abc_nonprivate"]
+
+# Independent streams spawned from ``random_seed``: the proposals do not depend on whether the
+# bandwidth was given, and the SVT outcome does not depend on the batch size.
+_PRIOR, _SIMULATOR, _PILOT_PRIOR, _PILOT_SIMULATOR, _DISTANCE, _THRESHOLD, _QUERY = range(7)
+
+
+def sample_abcdp(
+    model: Model | None = None,
+    *,
+    epsilon: float,
+    threshold: float,
+    n_accept: int,
+    n_proposals: int,
+    resample: bool = False,
+    distance: Distance | None = None,
+    vectorized: bool = False,
+    batch_size: int = 100,
+    random_seed: Any = None,
+    progressbar: bool = True,
+) -> DataTree:
+    """Draw differentially private posterior samples of a ``pm.Simulator`` model (ABCDP).
+
+    Implements Algorithm 1 of Park, Vinaroz & Jitkrittum (2021). For t = 1, ..., T: draw
+    ``theta_t`` from the prior and ``Y_t`` from the simulator (public), and accept ``theta_t`` when
+    ``rho(Y*, Y_t) + nu_t <= threshold + m`` with ``nu_t ~ Lap(2 b)`` and ``m ~ Lap(b)`` (the
+    threshold noise is redrawn after every acceptance when ``resample``); stop after ``n_accept``
+    acceptances. With ``Delta = distance.sensitivity(n)``, Theorem 4.1 (eq. 8) sets
+    ``b = (c + 1) Delta / epsilon`` (``resample=False``) or ``b = 2 c Delta / epsilon``
+    (``resample=True``), so the run is pure ``epsilon``-DP.
+
+    Privacy: the unit is one row of the observed data (leading axis); neighbouring data sets
+    differ by replacing one row, n public. The released output is the accepted ``theta`` (and
+    public deterministics of them) in order, and how many proposals the SVT tested; never the
+    data, the distances or the noisy threshold. Everything that tunes the distance (the kernel
+    bandwidth, random features) comes from simulated data and ``random_seed`` only.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        A model with free variables (the prior) and one ``pm.Simulator`` observed variable holding
+        the private data; default: the model on the context stack. The simulator's own
+        ``distance``, ``sum_stat`` and ``epsilon`` (used by ``pm.sample_smc``) are ignored.
+    epsilon : float
+        Total privacy budget ``epsilon_total`` > 0 of the run.
+    threshold : float
+        ABC threshold ``epsilon_abc`` > 0, on the scale of the distance (MMD lies in [0, 2]).
+        Choose it without looking at the private data (e.g. from simulated data sets).
+    n_accept : int
+        ``c``: the SVT stops after this many acceptances. The noise grows linearly with ``c``.
+    n_proposals : int
+        ``T``: the most proposals to simulate and test; ``>= n_accept``.
+    resample : bool, default False
+        Redraw the threshold noise after every acceptance (Algorithm 1, line 9).
+    distance : Distance, optional
+        :class:`~pymc_dp.abc.MMD` (default: ``MMD()``, Gaussian kernel, 100 random Fourier
+        features, median-heuristic bandwidth from simulated data) or
+        :class:`~pymc_dp.abc.SummaryDistance`.
+    vectorized : bool, default False
+        Call the simulator once per batch with a leading batch axis on every input and
+        ``size=(k, *size)`` (PyTensor's ``RandomVariable`` batching rule); otherwise once per
+        proposal.
+    batch_size : int, default 100
+        Proposals simulated per batch.
+    random_seed : int, sequence of int, SeedSequence or Generator, optional
+        Seeds every source of randomness (prior, simulator, random features, Laplace noise); the
+        same seed gives the same result bit for bit.
+    progressbar : bool, default True
+        Show a progress bar over the proposals (the simulation is the long part).
+
+    Returns
+    -------
+    DataTree
+        Group ``posterior`` with dims ``(chain=1, draw=accepted)`` holding the accepted free
+        variables (and deterministics that do not read the data). Root ``attrs``: the privacy
+        ledger (:func:`pymc_dp.privacy_report` reads it) and ``abcdp_epsilon``,
+        ``abcdp_threshold``, ``abcdp_c``, ``abcdp_resample``, ``abcdp_b``,
+        ``abcdp_sensitivity``, ``abcdp_n_proposals``, ``abcdp_proposals_used``,
+        ``abcdp_accepted`` and a description of the distance. With fewer than ``n_accept``
+        acceptances the ones found are returned with a warning; the privacy cost is the same.
+
+    References
+    ----------
+    .. [1] Park, M., Vinaroz, M. and Jitkrittum, W. (2021). ABCDP: Approximate Bayesian
+       Computation with Differential Privacy. Entropy 23(8), 961. Algorithm 1, Theorem 4.1.
+    .. [2] Lyu, M., Su, D. and Li, N. (2017). Understanding the Sparse Vector Technique for
+       Differential Privacy. PVLDB 10(6). Algorithm 1.
+    """
+    epsilon = check_epsilon(epsilon)
+    spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
+    sensitivity = distance.sensitivity(spec.n)
+    b = noise_scale(epsilon, args["n_accept"], sensitivity, bool(resample))
+    mechanism = (
+        f"sparse vector technique (ABCDP, Park et al. 2021 Alg. 1; c = {args['n_accept']}, "
+        f"resample = {bool(resample)}, threshold noise Lap(b), distance noise Lap(2b), "
+        f"b = {b:.6g}, sensitivity = {sensitivity:.6g})"
+    )
+    ledger = PrivacyLedger(
+        sampler="ABCDP",
+        per_chain=(PureDPMechanism(mechanism, epsilon),),
+        chains=1,
+        delta=0.0,
+        target_epsilon=epsilon,
+    )
+    attrs = {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
+    return _run(
+        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar
+    )
+
+
+def sample_abc_nonprivate(
+    model: Model | None = None,
+    *,
+    threshold: float,
+    n_accept: int,
+    n_proposals: int,
+    distance: Distance | None = None,
+    vectorized: bool = False,
+    batch_size: int = 100,
+    random_seed: Any = None,
+    progressbar: bool = True,
+) -> DataTree:
+    """Rejection ABC with the same proposals and stopping rule as :func:`sample_abcdp`, NO privacy.
+
+    Algorithm 1 of Park et al. (2021) without noise (``b = 0``): accept ``theta_t`` when
+    ``rho(Y*, Y_t) <= threshold``, stop after ``n_accept`` acceptances. With the same
+    ``random_seed`` and ``distance`` it sees exactly the proposals :func:`sample_abcdp` sees, so
+    it is the baseline of the paper's comparisons. It is **not differentially private**: the
+    result has no privacy ledger (``pdp.privacy_report`` refuses it), carries
+    ``attrs["pymc_dp_releasable"] = 0`` and ``attrs["abc_not_private"]``, and a warning says so.
+    Parameters are those of :func:`sample_abcdp`.
+    """
+    spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
+    warnings.warn(
+        "sample_abc_nonprivate is NOT differentially private: its output is an exact function of "
+        "the private data. Use it for comparisons only; publish sample_abcdp results.",
+        UserWarning,
+        stacklevel=2,
+    )
+    attrs = {
+        "pymc_dp_releasable": 0,
+        "abc_not_private": "rejection ABC without noise: NOT differentially private",
+    }
+    return _run(spec, distance, 0.0, False, args, attrs, vectorized, random_seed, progressbar)
+
+
+def _setup(
+    model: Model | None,
+    threshold: float,
+    n_accept: int,
+    n_proposals: int,
+    distance: Distance | None,
+    batch_size: int,
+) -> tuple[SimulatorModel, Distance, dict[str, Any]]:
+    """Validate the arguments (naming them) and read the model."""
+    args = {
+        "threshold": check_positive(threshold, "threshold"),
+        "n_accept": check_count(n_accept, "n_accept", minimum=1),
+        "n_proposals": check_count(n_proposals, "n_proposals", minimum=1),
+        "batch_size": check_count(batch_size, "batch_size", minimum=1),
+    }
+    if args["n_proposals"] < args["n_accept"]:
+        raise ValueError(
+            f"`n_proposals` ({args['n_proposals']}) must be >= `n_accept` ({args['n_accept']})"
+        )
+    if distance is None:
+        distance = MMD()
+    if not isinstance(distance, Distance):
+        raise ValueError(
+            f"`distance` must be a pymc_dp.abc distance (MMD, SummaryDistance), got {distance!r}: "
+            "its sensitivity must be known."
+        )
+    return simulator_model(modelcontext(model)), distance, args
+
+
+def _run(
+    spec: SimulatorModel,
+    distance: Distance,
+    b: float,
+    resample: bool,
+    args: dict[str, Any],
+    attrs: dict[str, Any],
+    vectorized: bool,
+    random_seed: Any,
+    progressbar: bool,
+) -> DataTree:
+    streams = np.random.default_rng(random_seed).spawn(7)
+    seed = int(streams[_PRIOR].integers(2**63))
+    pilot_seed = int(streams[_PILOT_PRIOR].integers(2**63))
+    prior = PriorSampler(spec, seed)
+
+    def pilot(k: int) -> NDArray[np.float64]:
+        prior.reseed(pilot_seed)
+        _, params, size = prior.draw(k)
+        out = simulate(spec, params, size, streams[_PILOT_SIMULATOR], vectorized)
+        prior.reseed(seed)
+        return out
+
+    distance = distance.prepare(pilot, spec.row_size, streams[_DISTANCE])
+    c, total, batch = args["n_accept"], args["n_proposals"], args["batch_size"]
+    svt = SparseVector(
+        args["threshold"], b, c, resample, streams[_THRESHOLD], streams[_QUERY]
+    )
+    rho = distance.against(spec.observed)  # the only reader of the private data
+    accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
+    shapes: dict[str, tuple[int, ...]] = {}
+    drawn = 0
+    with create_simple_progress(progressbar, default_progress_theme) as progress:
+        task = progress.add_task("ABC proposals", completed=0, total=total)
+        while drawn < total and not svt.done:
+            k = min(batch, total - drawn)
+            values, params, size = prior.draw(k)
+            ys = simulate(spec, params, size, streams[_SIMULATOR], vectorized)
+            idx = svt.offer(rho(ys))
+            for name, v in values.items():
+                shapes[name] = v.shape[1:]
+                accepted[name].extend(v[idx])
+            drawn += k
+            progress.update(task, refresh=True, completed=drawn)
+    del rho  # drop the private embedding with the closure
+
+    n_acc = svt.n_accepted
+    # "Proposals used" is where the SVT stopped: the position of its c-th "accept", a function
+    # of the released indicator sequence (or T if it never stopped), so it is releasable.
+    attrs = {
+        **attrs,
+        "abcdp_threshold": args["threshold"],
+        "abcdp_c": c,
+        "abcdp_resample": int(resample),
+        "abcdp_sensitivity": distance.sensitivity(spec.n),
+        "abcdp_n_proposals": total,
+        "abcdp_proposals_used": svt.n_seen,
+        "abcdp_accepted": n_acc,
+        **distance.describe(),
+    }
+    if n_acc < c:
+        warnings.warn(
+            f"Only {n_acc} of n_accept = {c} proposals were accepted within n_proposals = "
+            f"{total}; returning them. The privacy cost is that of the full run. Raise "
+            "`n_proposals` or `threshold` (chosen without the private data).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return _to_datatree(spec, accepted, shapes, attrs)
+
+
+def _to_datatree(
+    spec: SimulatorModel,
+    accepted: dict[str, list[NDArray]],
+    shapes: dict[str, tuple[int, ...]],
+    attrs: dict[str, Any],
+) -> DataTree:
+    """Posterior group (chain=1, draw=accepted) with the model's dims and coords."""
+    model = spec.model
+    posterior = {}
+    for name, vals in accepted.items():
+        arr = np.stack(vals) if vals else np.empty((0, *shapes[name]))
+        posterior[name] = arr[None, ...]
+    dims = {
+        name: list(model.named_vars_to_dims[name])
+        for name in posterior
+        if name in model.named_vars_to_dims
+    }
+    used = {d for ds in dims.values() for d in ds}
+    coords = {d: np.asarray(v) for d, v in model.coords.items() if d in used and v is not None}
+    tree = arviz_base.from_dict(
+        {"posterior": posterior},
+        dims=dims,
+        coords=coords,
+        check_conventions=False,
+        attrs={"posterior": {"inference_library": "pymc_dp.abc"}},
+    )
+    tree.attrs.update(attrs)
+    return tree
