@@ -387,7 +387,9 @@ class PerRowLikelihood:
             for c in comps[1:]:
                 sq = sq + c**2
             norms = pt.sqrt(sq)
-            tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+            tiny = np.finfo(
+                self._q.dtype
+            ).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
             scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
             total = pt.stack([pt.sum(c * scale) for c in comps])
             outputs = [total, self._prior_grad]

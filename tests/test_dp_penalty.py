@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
 from scipy.special import log_ndtr
+from stats_helpers import check_moments
 
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_epsilon, gaussian_mu_for_budget
@@ -18,18 +18,6 @@ SINGLE_SCALE = np.array([0.1, 0.035])
 
 def _draws(idata) -> np.ndarray:
     return idata.posterior["theta"].values  # (chain, draw, 2)
-
-
-def _check_moments(draws: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> None:
-    """Mean and sd within 4 Monte Carlo standard errors (ArviZ ESS; Gaussian target)."""
-    for j in range(draws.shape[-1]):
-        x = draws[..., j]
-        ess_mean, ess_sd = az.ess(x), az.ess(x, method="sd")
-        assert ess_mean > 200, f"too few effective draws ({ess_mean:.0f}) for a meaningful test"
-        se_mean = sd[j] / np.sqrt(ess_mean)
-        se_sd = sd[j] / np.sqrt(2 * ess_sd)  # sd of the sample sd for a normal target
-        assert abs(x.mean() - mean[j]) < 4 * se_mean, (j, x.mean(), mean[j], se_mean)
-        assert abs(x.std() - sd[j]) < 4 * se_sd, (j, x.std(), sd[j], se_sd)
 
 
 @pytest.mark.slow
@@ -50,7 +38,7 @@ def test_recovers_gaussian_posterior_at_large_epsilon(
             draws=6000, tune=1000, chains=4, cores=1, step=step, random_seed=3, progressbar=False
         )
     assert pdp.privacy_report(idata).epsilon == pytest.approx(5000.0, rel=1e-6)
-    _check_moments(_draws(idata), mean, np.sqrt(var))
+    check_moments(_draws(idata), mean, np.sqrt(var))
 
 
 def _predicted_acceptance(banana, lik, s, llr_clip, scale, size=4000, seed=0):

@@ -42,7 +42,9 @@ def _rows(x: NDArray, leading: int = 1) -> NDArray[np.float64]:
     return x.reshape(*x.shape[: leading + 1], -1)
 
 
-def median_heuristic(pilot: NDArray, max_rows: int = 200, rng: np.random.Generator | None = None):
+def median_heuristic(
+    pilot: NDArray, max_rows: int = 200, rng: np.random.Generator | None = None
+) -> float:
     """Median heuristic bandwidth from *simulated* data sets only.
 
     For each pilot data set, the median Euclidean distance between (up to ``max_rows``) of its
@@ -76,7 +78,11 @@ def median_heuristic(pilot: NDArray, max_rows: int = 200, rng: np.random.Generat
 
 
 class Distance(ABC):
-    """A distance ``rho(Y*, Y)`` with a replace-one sensitivity bound (Theorem 4.1's Delta_rho)."""
+    """A distance ``rho(Y*, Y)`` with a replace-one sensitivity bound (Theorem 4.1's Delta_rho).
+
+    The privacy guarantee of ABCDP is only as good as :meth:`sensitivity`: subclass only with a
+    proof that the *computed* distance (floating point included) respects it.
+    """
 
     @abstractmethod
     def sensitivity(self, n: int) -> float:
@@ -102,7 +108,7 @@ class Distance(ABC):
         return {"abcdp_distance": type(self).__name__}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MMD(Distance):
     """Maximum mean discrepancy with a Gaussian kernel: the square root of the biased V-statistic.
 
@@ -147,6 +153,12 @@ class MMD(Distance):
         if self.n_features is not None:
             object.__setattr__(self, "n_features", check_count(self.n_features, "n_features", 1))
         object.__setattr__(self, "pilot_draws", check_count(self.pilot_draws, "pilot_draws", 1))
+        if self.frequencies is not None:  # given (or set by prepare): D follows from them
+            freqs = np.asarray(self.frequencies, dtype=np.float64)
+            if freqs.ndim != 2 or not np.all(np.isfinite(freqs)):
+                raise ValueError("`frequencies` must be a finite (row size, D) array")
+            object.__setattr__(self, "frequencies", freqs)
+            object.__setattr__(self, "n_features", freqs.shape[1])
 
     def sensitivity(self, n: int) -> float:
         return 2.0 * math.sqrt(self.kernel_bound) / check_count(n, "n", minimum=1)
@@ -186,27 +198,37 @@ class MMD(Distance):
 
     def _random_features(self, x: NDArray[np.float64]) -> DistanceFn:
         w = np.asarray(self.frequencies, dtype=np.float64)
+        if w.ndim != 2 or w.shape[0] != x.shape[1]:
+            raise ValueError(
+                f"`frequencies` must have shape ({x.shape[1]}, n_features), got {w.shape}"
+            )
         n_feat = w.shape[1]
         # The private embedding in float64: its replace-one change is ||phi(x) - phi(x')|| / n with
         # ||phi|| = 1 to double precision, so the computed rho keeps Delta = 2 / n.
         phase = x @ w
         mu_x = np.concatenate([np.cos(phase).mean(0), np.sin(phase).mean(0)]) / math.sqrt(n_feat)
-        w32 = w.astype(np.float32)
+        w_t = np.ascontiguousarray(w.T, dtype=np.float32)  # (D, d)
 
         def rho(batch: Batch) -> NDArray[np.float64]:
-            # The simulated side is any fixed function of public data (a query of the SVT), so it
-            # may be computed in float32: SIMD sin/cos are ~20x faster, and rounding (~1e-7)
-            # changes the query, not its sensitivity to the private data.
-            ys = _rows(batch).astype(np.float32)
+            # The simulated side is a fixed function of public data (a query of the SVT), so it
+            # may be computed in float32: SIMD sin/cos are ~20x faster than float64, and rounding
+            # (~1e-7) changes the query, not its sensitivity to the private data. Features are
+            # laid out (D, rows) so the sums run along contiguous rows (pairwise, accurate).
+            ys = _rows(batch)
+            m = ys.shape[1]
+            cols = max(1, min(m, _RFF_CHUNK // n_feat))
+            ph, work = np.empty((n_feat, cols), np.float32), np.empty((n_feat, cols), np.float32)
             out = np.empty(len(ys))
-            chunk = max(1, _RFF_CHUNK // n_feat)
             for i, y in enumerate(ys):
+                y_t = np.ascontiguousarray(y.T, dtype=np.float32)  # (d, m)
                 emb = np.zeros(2 * n_feat)
-                for start in range(0, len(y), chunk):
-                    ph = _phase(y[start : start + chunk], w32)
-                    emb[:n_feat] += np.cos(ph).sum(0, dtype=np.float64)
-                    emb[n_feat:] += np.sin(ph).sum(0, dtype=np.float64)
-                emb /= len(y) * math.sqrt(n_feat)
+                for start in range(0, m, cols):
+                    seg = y_t[:, start : start + cols]
+                    p, o = ph[:, : seg.shape[1]], work[:, : seg.shape[1]]
+                    _phase(w_t, seg, out=p)
+                    emb[:n_feat] += np.cos(p, out=o).sum(1)
+                    emb[n_feat:] += np.sin(p, out=o).sum(1)
+                emb /= m * math.sqrt(n_feat)
                 out[i] = float(np.linalg.norm(mu_x - emb))
             return out
 
@@ -223,20 +245,20 @@ class MMD(Distance):
         }
 
 
-def _phase(y: NDArray[np.float32], w: NDArray[np.float32]) -> NDArray[np.float32]:
-    """``y @ w`` for (rows, d) x (d, D); broadcast products for small d avoid BLAS, which is
-    slow for an inner dimension of 1 and oversubscribes threads on busy machines."""
-    if w.shape[0] > 8:
-        return y @ w
-    ph = y[:, :1] * w[0]
-    for k in range(1, w.shape[0]):
-        ph += y[:, k : k + 1] * w[k]
-    return ph
+def _phase(w_t: NDArray[np.float32], y_t: NDArray[np.float32], out: NDArray[np.float32]) -> None:
+    """``out = w_t @ y_t`` for (D, d) x (d, rows). Broadcast products for small d avoid BLAS, which
+    is slow for an inner dimension of 1 and oversubscribes threads on busy machines."""
+    if w_t.shape[1] > 8:
+        np.matmul(w_t, y_t, out=out)
+        return
+    np.multiply(w_t[:, :1], y_t[:1], out=out)
+    for k in range(1, w_t.shape[1]):
+        out += w_t[:, k : k + 1] * y_t[k : k + 1]
 
 
 @dataclass(frozen=True)
 class SummaryDistance(Distance):
-    """Euclidean distance between summary statistics, clipped at ``clip`` (Park et al. 2021, Sec. 4).
+    """Euclidean distance of summary statistics, clipped at ``clip`` (Park et al. 2021, Sec. 4).
 
     ``rho(Y*, Y) = min(|| s(Y*) - s(Y) ||_2, C)``. Two modes, with different sensitivities under
     replace-one neighbours (n public):

@@ -31,7 +31,8 @@ def mixture_simulator(rng: np.random.Generator, theta: NDArray, size: tuple) -> 
     cum = np.cumsum(theta, axis=-1)
     cum = cum / cum[..., -1:]  # weights sum to one up to rounding
     u = rng.uniform(size=size)
-    comp = (u[..., None] > cum[..., None, :-1]).sum(-1) if len(size) else (u > cum[:-1]).sum()
+    # component index by inverse CDF; theta's batch axes align with size's trailing axes
+    comp = (np.asarray(u)[..., None] > cum[..., :-1]).sum(-1)
     return comp + rng.uniform(size=size)
 
 
@@ -60,15 +61,14 @@ def sir_simulator(
     Every day each susceptible person is infected with probability ``1 - exp(-beta I / N)`` and
     each infectious person recovers with probability ``1 - exp(-gamma)``. The first ``initial``
     people are infected on day 0. Returns, per person, ``[day infected, days infectious]``
-    divided by ``horizon``; people never infected get ``[1 + 1 / horizon, 0]``. ``size`` is
-    ``(..., N, 2)``; ``beta`` and ``gamma`` broadcast against ``size[:-2]`` (with trailing axes
-    of length 1, as PyTensor passes them).
+    divided by ``horizon``; people never infected get ``[1 + 1 / horizon, 0]``.
+
+    ``size = (..., N)`` is the batch shape of the (N, 2) output (``pm.Simulator`` with signature
+    ``"(),()->(2)"``); ``beta`` and ``gamma`` broadcast against it.
     """
-    batch, (n, _) = tuple(size[:-2]), size[-2:]
-    beta = np.broadcast_to(np.asarray(beta, dtype=np.float64).reshape(*batch, -1)[..., :1], (*batch, 1))
-    gamma = np.broadcast_to(
-        np.asarray(gamma, dtype=np.float64).reshape(*batch, -1)[..., :1], (*batch, 1)
-    )
+    batch, n = tuple(size[:-1]), int(size[-1])
+    beta = np.asarray(beta, dtype=np.float64)
+    gamma = np.asarray(gamma, dtype=np.float64)
     p_rec = 1.0 - np.exp(-gamma)
     state = np.zeros((*batch, n), dtype=np.int8)  # 0 S, 1 I, 2 R
     state[..., :initial] = 1
@@ -88,17 +88,15 @@ def sir_simulator(
     return np.stack([infected / horizon, duration / horizon], axis=-1)
 
 
-def sir_model(
-    n: int = 1000, beta: float = 0.6, gamma: float = 0.2, seed: int = 0
-) -> pm.Model:
+def sir_model(n: int = 1000, beta: float = 0.6, gamma: float = 0.2, seed: int = 0) -> pm.Model:
     """A stochastic SIR epidemic: one row per person ([day infected, days infectious] / 60).
 
     Priors ``beta ~ U(0.05, 1.5)``, ``gamma ~ U(0.05, 0.5)`` and the public deterministic
     ``R0 = beta / gamma``. The private data are simulated at (``beta``, ``gamma``).
     """
-    y = sir_simulator(np.random.default_rng(seed), np.array(beta), np.array(gamma), (n, 2))
+    y = sir_simulator(np.random.default_rng(seed), np.array(beta), np.array(gamma), (n,))
     with pm.Model() as model:
-        b = pm.Uniform("beta", 0.05, 1.5)
+        b = pm.Uniform("beta", 0.2, 1.5)
         g = pm.Uniform("gamma", 0.05, 0.5)
         pm.Deterministic("R0", b / g)
         pm.Simulator("y", sir_simulator, b, g, signature="(),()->(2)", observed=y)

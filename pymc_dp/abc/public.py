@@ -88,6 +88,13 @@ def simulator_model(model: Model) -> SimulatorModel:
         that is empty, NaN or inf, or a prior / simulator input that reads the private data.
     """
     observed_rvs = list(model.observed_RVs)
+    imputed = [rv.name for rv in model.free_RVs if isinstance(rv.owner.op, SimulatorRV)]
+    if imputed:
+        # PyMC turned NaN entries of the observed array into free variables (imputation).
+        raise ValueError(
+            f"The observed data of the pm.Simulator contains NaN (PyMC created {imputed} to "
+            "impute them); ABCDP needs complete, finite data."
+        )
     sims = [rv for rv in observed_rvs if isinstance(rv.owner.op, SimulatorRV)]
     if not sims:
         raise ValueError(
@@ -105,6 +112,8 @@ def simulator_model(model: Model) -> SimulatorModel:
             "`model` has potentials; rejection ABC draws from the prior forward and would ignore "
             "them. Express the prior with distributions."
         )
+    if not model.free_RVs:
+        raise ValueError("`model` has no free variables: there is nothing to infer.")
     (rv,) = sims
     value = model.rvs_to_values[rv]
     observed = np.asarray(_data_value(value), dtype=np.float64)
@@ -159,9 +168,7 @@ class PriorSampler:
         if spec.size is not None:
             outputs.append(spec.size)
         self._fn = pm.compile(inputs=[], outputs=outputs, random_seed=seed, mode=None)
-        self._rngs = [
-            v for v in self._fn.get_shared() if isinstance(v.type, RandomGeneratorType)
-        ]
+        self._rngs = [v for v in self._fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
         self._nvars = len(spec.var_outputs)
         self._nparams = len(spec.params)
 

@@ -24,7 +24,7 @@ from pymc_dp.abc.svt import SparseVector, noise_scale
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
 
-__all__ = ["sample_abcdp", "sample_abc_nonprivate"]
+__all__ = ["prior_predictive_distances", "sample_abcdp", "sample_abc_nonprivate"]
 
 # Independent streams spawned from ``random_seed``: the proposals do not depend on whether the
 # bandwidth was given, and the SVT outcome does not depend on the batch size.
@@ -65,8 +65,9 @@ def sample_abcdp(
     ----------
     model : pm.Model, optional
         A model with free variables (the prior) and one ``pm.Simulator`` observed variable holding
-        the private data; default: the model on the context stack. The simulator's own
-        ``distance``, ``sum_stat`` and ``epsilon`` (used by ``pm.sample_smc``) are ignored.
+        the private data; default: the model on the context stack. The simulator function runs in
+        the public stage and must not read the private data. The simulator's own ``distance``,
+        ``sum_stat`` and ``epsilon`` (used by ``pm.sample_smc``) are ignored.
     epsilon : float
         Total privacy budget ``epsilon_total`` > 0 of the run.
     threshold : float
@@ -104,6 +105,12 @@ def sample_abcdp(
         ``abcdp_sensitivity``, ``abcdp_n_proposals``, ``abcdp_proposals_used``,
         ``abcdp_accepted`` and a description of the distance. With fewer than ``n_accept``
         acceptances the ones found are returned with a warning; the privacy cost is the same.
+
+    Notes
+    -----
+    ``random_seed`` also seeds the Laplace noise, so that a run can be reproduced bit for bit.
+    Whoever knows the seed can subtract the noise: keep the seed of a published run secret (or
+    leave it ``None``).
 
     References
     ----------
@@ -199,6 +206,56 @@ def _setup(
     return simulator_model(modelcontext(model)), distance, args
 
 
+def _public_setup(
+    spec: SimulatorModel, distance: Distance, streams: list, vectorized: bool
+) -> tuple[PriorSampler, Distance]:
+    """Compile the prior sampler and fix the distance's tuning from pilot simulations."""
+    seed = int(streams[_PRIOR].integers(2**63))
+    pilot_seed = int(streams[_PILOT_PRIOR].integers(2**63))
+    prior = PriorSampler(spec, seed)
+
+    def pilot(k: int) -> NDArray[np.float64]:
+        prior.reseed(pilot_seed)
+        _, params, size = prior.draw(k)
+        out = simulate(spec, params, size, streams[_PILOT_SIMULATOR], vectorized)
+        prior.reseed(seed)  # back to the start of the proposal stream
+        return out
+
+    return prior, distance.prepare(pilot, spec.row_size, streams[_DISTANCE])
+
+
+def prior_predictive_distances(
+    model: Model | None = None,
+    *,
+    distance: Distance | None = None,
+    n_pairs: int = 200,
+    vectorized: bool = False,
+    random_seed: Any = None,
+) -> NDArray[np.float64]:
+    """Distances between independent prior-predictive data sets, to choose ``threshold``.
+
+    Public: only simulated data are used (the observed data is never read), so quantiles of the
+    result can set ABCDP's ``threshold`` without spending privacy. The distance is prepared as
+    :func:`sample_abcdp` prepares it with the same ``random_seed`` (same bandwidth and random
+    features). A low quantile is a threshold that a data set typical of the prior would pass
+    that often.
+
+    Returns
+    -------
+    ndarray, shape (n_pairs,)
+        ``rho(Y_s, Y_t)`` for independent ``Y_s, Y_t`` from the prior predictive.
+    """
+    n_pairs = check_count(n_pairs, "n_pairs", minimum=1)
+    spec, distance, _ = _setup(model, 1.0, 1, 1, distance, 1)
+    streams = np.random.default_rng(random_seed).spawn(7)
+    prior, distance = _public_setup(spec, distance, streams, vectorized)
+    _, params, size = prior.draw(2 * n_pairs)
+    ys = simulate(spec, params, size, streams[_SIMULATOR], vectorized)
+    return np.array(
+        [distance.against(ys[2 * i])(ys[2 * i + 1 : 2 * i + 2])[0] for i in range(n_pairs)]
+    )
+
+
 def _run(
     spec: SimulatorModel,
     distance: Distance,
@@ -211,27 +268,15 @@ def _run(
     progressbar: bool,
 ) -> DataTree:
     streams = np.random.default_rng(random_seed).spawn(7)
-    seed = int(streams[_PRIOR].integers(2**63))
-    pilot_seed = int(streams[_PILOT_PRIOR].integers(2**63))
-    prior = PriorSampler(spec, seed)
-
-    def pilot(k: int) -> NDArray[np.float64]:
-        prior.reseed(pilot_seed)
-        _, params, size = prior.draw(k)
-        out = simulate(spec, params, size, streams[_PILOT_SIMULATOR], vectorized)
-        prior.reseed(seed)
-        return out
-
-    distance = distance.prepare(pilot, spec.row_size, streams[_DISTANCE])
+    prior, distance = _public_setup(spec, distance, streams, vectorized)
     c, total, batch = args["n_accept"], args["n_proposals"], args["batch_size"]
-    svt = SparseVector(
-        args["threshold"], b, c, resample, streams[_THRESHOLD], streams[_QUERY]
-    )
+    svt = SparseVector(args["threshold"], b, c, resample, streams[_THRESHOLD], streams[_QUERY])
     rho = distance.against(spec.observed)  # the only reader of the private data
     accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
     shapes: dict[str, tuple[int, ...]] = {}
     drawn = 0
-    with create_simple_progress(progressbar, default_progress_theme) as progress:
+    progress = create_simple_progress(progressbar, default_progress_theme)
+    with progress:  # the null backend's __enter__ returns None, so keep the object
         task = progress.add_task("ABC proposals", completed=0, total=total)
         while drawn < total and not svt.done:
             k = min(batch, total - drawn)

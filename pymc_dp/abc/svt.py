@@ -139,7 +139,9 @@ class SparseVector:
         rho = np.asarray(distances, dtype=np.float64).ravel()
         if self.done or rho.size == 0:
             return np.empty(0, dtype=np.intp)
-        noisy = rho + self._distance_rng.laplace(0.0, 2.0 * self.b, size=rho.size) if self.b else rho
+        noisy = (
+            rho + self._distance_rng.laplace(0.0, 2.0 * self.b, size=rho.size) if self.b else rho
+        )
         accepted: list[int] = []
         start = 0
         while start < rho.size and not self.done:

@@ -74,9 +74,7 @@ class PureDPMechanism:
 
     def to_dp_event(self) -> dp_accounting.DpEvent:
         # dp-accounting has no generic pure-DP event; epsilon is carried as an opaque event
-        return dp_accounting.SelfComposedDpEvent(
-            dp_accounting.UnsupportedDpEvent(), self.count
-        )
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.UnsupportedDpEvent(), self.count)
 
 
 _MECHANISMS = {"gaussian": GaussianMechanism, "pure": PureDPMechanism}

@@ -21,7 +21,11 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.util import RandomGenerator
 
 from pymc_dp.accounting._validate import check_delta, check_epsilon, check_positive
-from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_budget
+from pymc_dp.accounting.gaussian import (
+    gaussian_epsilon,
+    gaussian_mu_for_budget,
+    max_iterations,
+)
 from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger
 from pymc_dp.likelihood import PerRowLikelihood
 
@@ -181,7 +185,7 @@ class DPStep(ArrayStepShared):
             raise AssertionError("noise calibration did not converge")  # pragma: no cover
         spend = releases * self._mu_per_iteration(base)
         if spend > budget * (1 + 1e-12):
-            max_iter = int(np.floor(budget / (self.chains * self._mu_per_iteration(base))))
+            max_iter = self.max_iterations()
             raise PrivacyBudgetError(
                 f"{self.chains} chains x {iterations} iterations (tune + draws) at "
                 f"noise_multiplier={self.noise_multiplier} would spend epsilon="
@@ -190,6 +194,15 @@ class DPStep(ArrayStepShared):
                 "chain. Lower tune/draws/chains, raise noise_multiplier, or give only epsilon."
             )
         return base
+
+    def max_iterations(self, epsilon: float | None = None) -> int:
+        """Iterations per chain (tune + draws) that ``chains`` chains can run at the fixed
+        ``noise_multiplier`` within ``(epsilon, delta)`` (default: the step's ``epsilon``)."""
+        epsilon = self.epsilon if epsilon is None else check_epsilon(epsilon)
+        if epsilon is None:
+            raise ValueError("Give `epsilon`: this step has no budget to check against.")
+        mu_chain_iteration = self.chains * self._mu_per_iteration(self._base_noise_multipliers())
+        return max_iterations(mu_chain_iteration, epsilon, self.delta)
 
     def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
         """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""

@@ -204,7 +204,9 @@ class DPHMC(DPStep):
 
     def ledger(self, tune: int, draws: int, chains: int | None = None):
         if self._nonprivate:
-            raise ValueError("DPHMC(_nonprivate=True) is a testing mode: nothing it returns is private.")
+            raise ValueError(
+                "DPHMC(_nonprivate=True) is a testing mode: nothing it returns is private."
+            )
         return super().ledger(tune, draws, chains)
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:

@@ -1,0 +1,23 @@
+"""Monte Carlo tolerances shared by the statistical tests."""
+
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+
+
+def check_moments(draws: np.ndarray, mean: np.ndarray, sd: np.ndarray, z: float = 4.0) -> None:
+    """Posterior mean and sd of each coordinate within ``z`` Monte Carlo standard errors.
+
+    ``draws`` has shape (chain, draw, d). The standard errors use ArviZ's ESS: ``sd / sqrt(ESS)``
+    for the mean and ``sd / sqrt(2 ESS_sd)`` for the sd (the sd of a sample sd for a normal target).
+    With z = 4 a correct sampler fails one comparison with probability ~6e-5.
+    """
+    for j in range(draws.shape[-1]):
+        x = draws[..., j]
+        ess_mean, ess_sd = az.ess(x), az.ess(x, method="sd")
+        assert ess_mean > 100, f"too few effective draws ({ess_mean:.0f}) for a meaningful test"
+        se_mean = sd[j] / np.sqrt(ess_mean)
+        se_sd = sd[j] / np.sqrt(2 * ess_sd)
+        assert abs(x.mean() - mean[j]) < z * se_mean, (j, x.mean(), mean[j], se_mean)
+        assert abs(x.std() - sd[j]) < z * se_sd, (j, x.std(), sd[j], se_sd)
