@@ -1,6 +1,6 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
-from pymc_dp import accounting
+from pymc_dp import abc, accounting
 from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
@@ -18,6 +18,7 @@ __all__ = [
     "PrivacyLedger",
     "PrivacyReport",
     "PureDPMechanism",
+    "abc",
     "accounting",
     "privacy_report",
     "sample",

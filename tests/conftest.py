@@ -37,3 +37,14 @@ def gaussian_banana():
 @pytest.fixture(scope="session")
 def gaussian_model(gaussian_banana):
     return gaussian_banana.model()
+
+
+@pytest.fixture(scope="session")
+def easy_banana():
+    """The thesis' easy-2d banana (Table 6.1): d = 2, n = 1e5, a = 20."""
+    return banana(n=100_000, d=2, a=20.0, seed=0)
+
+
+@pytest.fixture(scope="session")
+def easy_banana_model(easy_banana):
+    return easy_banana.model()

@@ -21,3 +21,27 @@ def check_moments(draws: np.ndarray, mean: np.ndarray, sd: np.ndarray, z: float 
         se_sd = sd[j] / np.sqrt(2 * ess_sd)
         assert abs(x.mean() - mean[j]) < z * se_mean, (j, x.mean(), mean[j], se_mean)
         assert abs(x.std() - sd[j]) < z * se_sd, (j, x.std(), sd[j], se_sd)
+
+
+def check_moments_between_runs(
+    runs: np.ndarray, mean: np.ndarray, sd: np.ndarray, alpha: float = 1e-4
+) -> None:
+    """Mean and variance from R independent runs that each start at an exact posterior draw.
+
+    Every draw of such a run is marginally distributed as the posterior, so per-run averages of
+    ``x`` and ``(x - mean)^2`` are i.i.d. with expectations ``mean`` and ``sd^2`` however slowly
+    the chain mixes. Their between-run spread gives the Monte Carlo standard error, and a
+    two-sided t-test with R - 1 degrees of freedom at level ``alpha`` per coordinate decides.
+    ``runs`` has shape (R, draws, d).
+    """
+    from scipy import stats
+
+    r = runs.shape[0]
+    crit = stats.t.ppf(1 - alpha / 2, df=r - 1)
+    for name, per_run, target in (
+        ("mean", runs.mean(axis=1), mean),
+        ("variance", ((runs - mean) ** 2).mean(axis=1), sd**2),
+    ):
+        se = per_run.std(axis=0, ddof=1) / np.sqrt(r)
+        t = (per_run.mean(axis=0) - target) / se
+        assert np.all(np.abs(t) < crit), (name, t.round(2), crit)
