@@ -26,6 +26,7 @@ def test_thesis_iteration_counts(easy_banana_model, eps, expected):
     with easy_banana_model:
         step = _hmc(noise_multiplier=0.1 * np.sqrt(n), grad_noise_ratio=4.0, delta=1e-6, chains=1)
     assert step.max_iterations(eps) == expected
+    assert step.max_iterations(eps, chains=2) == expected // 2  # chains compose: mu adds up
 
 
 def test_penalty_thesis_iteration_counts(easy_banana_model):

@@ -195,13 +195,17 @@ class DPStep(ArrayStepShared):
             )
         return base
 
-    def max_iterations(self, epsilon: float | None = None) -> int:
-        """Iterations per chain (tune + draws) that ``chains`` chains can run at the fixed
-        ``noise_multiplier`` within ``(epsilon, delta)`` (default: the step's ``epsilon``)."""
+    def max_iterations(self, epsilon: float | None = None, chains: int | None = None) -> int:
+        """Iterations per chain (tune + draws) that ``chains`` chains (default: the step's
+        ``chains``) can run at the fixed ``noise_multiplier`` within ``(epsilon, delta)``
+        (default: the step's ``epsilon``)."""
         epsilon = self.epsilon if epsilon is None else check_epsilon(epsilon)
         if epsilon is None:
             raise ValueError("Give `epsilon`: this step has no budget to check against.")
-        mu_chain_iteration = self.chains * self._mu_per_iteration(self._base_noise_multipliers())
+        chains = self.chains if chains is None else int(chains)
+        if chains < 1:
+            raise ValueError(f"`chains` must be >= 1, got {chains}")
+        mu_chain_iteration = chains * self._mu_per_iteration(self._base_noise_multipliers())
         return max_iterations(mu_chain_iteration, epsilon, self.delta)
 
     def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
