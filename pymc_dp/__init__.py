@@ -1,6 +1,6 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
-from pymc_dp import abc, accounting
+from pymc_dp import abc, accounting, expfam
 from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
@@ -20,6 +20,7 @@ __all__ = [
     "PureDPMechanism",
     "abc",
     "accounting",
+    "expfam",
     "privacy_report",
     "sample",
     "sanitize",

@@ -188,7 +188,7 @@ class PrivacyReport:
     def __str__(self) -> str:
         lines = [
             f"(epsilon, delta) = ({self.epsilon:.6g}, {self.delta:.3g})-DP"
-            f" over {self.chains} chains",
+            f" over {self.chains} chain{'s' if self.chains != 1 else ''}",
             f"  accountant:   {self.accountant}",
             f"  neighbouring: {self.neighbouring}",
             "  per chain:    " + ", ".join(f"{e:.4g}" for e in self.epsilon_per_chain),

@@ -3,9 +3,10 @@ Gelman & Rubin 2006).
 
 Draw ``theta_i`` from the prior and a data set from ``p(x | theta_i)``, release its noisy
 statistic, run the inference and record the quantile ``U_i`` of ``theta_i`` among the posterior
-draws. For the exact posterior ``U_i ~ Uniform(0, 1)``; the Kolmogorov-Smirnov distance of
-``U_{1:M}`` to the uniform measures miscalibration. Everything is vectorised over the ``M``
-trials (one Gibbs chain per trial in a batch).
+draws (its rank, spread uniformly within its cell as in simulation-based calibration). For the
+exact posterior ``U_i ~ Uniform(0, 1)``; the Kolmogorov-Smirnov distance of ``U_{1:M}`` to the
+uniform measures miscalibration. Everything is vectorised over the ``M`` trials (one Gibbs
+chain per trial in a batch).
 """
 
 from __future__ import annotations
@@ -76,9 +77,17 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
-def _quantiles(draws: NDArray[np.float64], theta: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Fraction of draws below the truth, per trial and component: draws (M, S, ...)."""
-    return (draws < theta[:, None]).mean(axis=1)
+def _quantiles(
+    draws: NDArray[np.float64], theta: NDArray[np.float64], rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """Posterior quantile of the truth, per trial and component; draws (M, S, ...).
+
+    The rank ``r`` of the truth among ``S`` draws is spread uniformly over its cell,
+    ``U = (r + V) / (S + 1)`` with ``V ~ Uniform(0, 1)`` (Talts et al. 2018): for a calibrated
+    method ``U`` is then exactly Uniform(0, 1), not a lattice with atoms at 0 and 1.
+    """
+    ranks = (draws < theta[:, None]).sum(axis=1)
+    return (ranks + rng.random(ranks.shape)) / (draws.shape[1] + 1)
 
 
 def calibration_study(
@@ -137,14 +146,21 @@ def calibration_study(
     for method in methods:
         if method == "gibbs":
             post = gibbs(
-                family, prior_arr, y, n, epsilon, draws=draws, tune=tune, random_seed=rng,
+                family,
+                prior_arr,
+                y,
+                n,
+                epsilon,
+                draws=draws,
+                tune=tune,
+                random_seed=rng,
                 section_covariance=section_covariance,
-            ).theta  # fmt: skip
+            ).theta
         elif method == "naive":
             post = naive_posterior(family, prior_arr, y, n, draws=draws, random_seed=rng)
         else:
             post = exact_posterior(family, prior_arr, s, n, draws=draws, random_seed=rng)
-        quantiles[method] = _quantiles(post, theta)
+        quantiles[method] = _quantiles(post, theta, rng)
     ks = {
         m: np.array([ks_uniform(u) for u in q.reshape(trials, -1).T]).reshape(family.theta_shape)
         for m, q in quantiles.items()

@@ -88,6 +88,13 @@ def _prior_array(prior: ArrayLike, size: int, names: str, family: str) -> Array:
     return arr
 
 
+def _check_positive_prior(arr: Array, names: tuple[str, ...]) -> Array:
+    for value, name in zip(arr, names, strict=True):
+        if not value > 0:
+            raise ValueError(f"`prior` {name} must be a finite number > 0, got {value}")
+    return arr
+
+
 def _check_bounds(
     bounds: Any, family: str, support: tuple[float, float], integer: bool
 ) -> tuple[float, float]:
@@ -241,9 +248,7 @@ class Binomial(Family):
 
     def check_prior(self, prior: ArrayLike) -> Array:
         arr = _prior_array(prior, 2, "alpha, beta", "the Beta prior")
-        for v, nm in zip(arr, ("alpha", "beta"), strict=True):
-            check_positive(v, f"prior {nm}")
-        return arr
+        return _check_positive_prior(arr, ("alpha", "beta"))
 
     def sample_prior(self, rng: np.random.Generator, prior: Array, size: int) -> Array:
         return rng.beta(prior[0], prior[1], size=size)
@@ -331,9 +336,7 @@ class Multinomial(Family):
 
     def check_prior(self, prior: ArrayLike) -> Array:
         arr = _prior_array(prior, self.categories, "alpha_1, ..., alpha_K", "the Dirichlet prior")
-        if np.any(arr <= 0):
-            raise ValueError(f"`prior` Dirichlet concentrations must be > 0, got {arr}")
-        return arr
+        return _check_positive_prior(arr, tuple(f"alpha_{j + 1}" for j in range(arr.size)))
 
     def sample_prior(self, rng: np.random.Generator, prior: Array, size: int) -> Array:
         return self.sample_theta(rng, np.broadcast_to(prior, (size, self.categories)))
@@ -463,11 +466,6 @@ class TruncatedFamily(Family):
         a, b = self.bounds
         return n * min(a, 0.0), n * max(b, 0.0)
 
-    def outside_range(self, n: int) -> tuple[float, float]:
-        """Range of the sum outside the bounds (``n`` terms in the support, or 0)."""
-        lo, hi = self.support
-        return n * min(lo, 0.0), n * max(hi, 0.0)
-
     def valid_range(self, n: int) -> tuple[float, float]:
         lo, hi = self.support
         return n * lo, n * hi
@@ -496,9 +494,7 @@ class _GammaPrior:
 
     def check_prior(self, prior: ArrayLike) -> Array:
         arr = _prior_array(prior, 2, "alpha, beta (shape, rate)", "the Gamma prior")
-        for v, nm in zip(arr, ("alpha", "beta"), strict=True):
-            check_positive(v, f"prior {nm}")
-        return arr
+        return _check_positive_prior(arr, ("alpha", "beta"))
 
     def sample_prior(self, rng: np.random.Generator, prior: Array, size: int) -> Array:
         return rng.gamma(prior[0], 1.0 / prior[1], size=size)
@@ -638,7 +634,7 @@ class Normal(TruncatedFamily):
 
     def check_prior(self, prior: ArrayLike) -> Array:
         arr = _prior_array(prior, 2, "mu0, sigma0", "the Normal prior")
-        check_positive(arr[1], "prior sigma0")
+        _check_positive_prior(arr[1:], ("sigma0",))
         return arr
 
     def sample_prior(self, rng: np.random.Generator, prior: Array, size: int) -> Array:
