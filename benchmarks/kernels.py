@@ -17,7 +17,7 @@ from pymc.pytensorf import join_nonshared_inputs
 from pymc.step_methods.metropolis import delta_logp
 
 from benchmarks.models import Problem
-from benchmarks.timing import per_call_ms
+from benchmarks.timing import compare_ms
 from pymc_dp import PerRowLikelihood
 
 __all__ = ["kernel_rows"]
@@ -48,24 +48,27 @@ def kernel_rows(problem: Problem, repeats: int) -> list[tuple[str, float, str, f
     logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
     logp_dlogp.set_extra_values({})
 
-    def t(fn) -> float:
-        return per_call_ms(fn, repeats=repeats)
-
     base = {
-        "compile_logp": t(lambda: logp_fn(point)),
-        "compile_dlogp": t(lambda: dlogp_fn(point)),
-        "Metropolis delta_logp": t(lambda: metropolis_delta(q_new, q)),
-        "dlogp (raveled)": t(lambda: dlogp_raveled(q)),
-        "logp_dlogp_function": t(lambda: logp_dlogp(q)),
+        "compile_logp": lambda: logp_fn(point),
+        "compile_dlogp": lambda: dlogp_fn(point),
+        "Metropolis delta_logp": lambda: metropolis_delta(q_new, q),
+        "dlogp (raveled)": lambda: dlogp_raveled(q),
+        "logp_dlogp_function": lambda: logp_dlogp(q),
     }
-    dp = [
-        ("ratio_kernel (fused)", t(lambda: ratio(q_new, q, llr_bound)), "Metropolis delta_logp"),
-        ("grad_kernel (fused)", t(lambda: grad(q, grad_bound)), "dlogp (raveled)"),
-        ("logp_rows (unfused)", t(lambda: lik.logp_rows(q)), "compile_logp"),
-        ("grad_rows (unfused)", t(lambda: lik.grad_rows(q)), "compile_dlogp"),
+    dp = {
+        "ratio_kernel (fused)": lambda: ratio(q_new, q, llr_bound),
+        "grad_kernel (fused)": lambda: grad(q, grad_bound),
+        "logp_rows (unfused)": lambda: lik.logp_rows(q),
+        "grad_rows (unfused)": lambda: lik.grad_rows(q),
+    }
+    ms = compare_ms({**dp, **base}, repeats=repeats)
+    pairs = [
+        ("ratio_kernel (fused)", "Metropolis delta_logp"),
+        ("grad_kernel (fused)", "dlogp (raveled)"),
+        ("grad_kernel (fused)", "logp_dlogp_function"),  # what NUTS calls: logp and gradient
+        ("logp_rows (unfused)", "compile_logp"),
+        ("grad_rows (unfused)", "compile_dlogp"),
     ]
-    rows = [(name, ms, ref, ms / base[ref]) for name, ms, ref in dp]
-    joint = "logp_dlogp_function"  # what NUTS calls: logp and gradient together
-    rows.append(("grad_kernel (fused)", dp[1][1], joint, dp[1][1] / base[joint]))
-    rows += [(f"PyMC {name}", ms, "", float("nan")) for name, ms in base.items()]
+    rows = [(name, ms[name], ref, ms[name] / ms[ref]) for name, ref in pairs]
+    rows += [(f"PyMC {name}", ms[name], "", float("nan")) for name in base]
     return rows
