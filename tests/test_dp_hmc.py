@@ -90,16 +90,20 @@ def test_nonprivate_mode_is_plain_hmc(gaussian_banana, gaussian_model):
 
 
 def _stationary_runs(model, make_step, starts, iterations):
-    """One single-chain run per start; no burn-in is needed when starts are exact draws."""
+    """One single-chain run per start; no burn-in is needed when starts are exact draws.
+
+    One step serves every run (its kernels compile once); setup_chain resets its chain state
+    and each pdp.sample call is its own release with its own budget."""
     out = []
     with model:
+        step = make_step()
         for r, start in enumerate(starts):
             idata = pdp.sample(
                 draws=iterations,
                 tune=0,
                 chains=1,
                 cores=1,
-                step=make_step(),
+                step=step,
                 random_seed=100 + r,
                 initvals={"theta": start},
                 progressbar=False,
