@@ -341,19 +341,16 @@ class PerRowLikelihood:
         return self.batch_grad_rows_fn(np.asarray(q, self._q.dtype), np.asarray(idx, np.int64))
 
     # ------------------------------------------------------------------ fused hot-path kernels
-    def _ratio_graph(self, rows_new, rows_old, bound):
-        diff = rows_new - rows_old
-        clipped = pt.clip(diff, -bound, bound)
-        return clipped.sum(), pt.mean(pt.gt(pt.abs(diff), bound))
+    def ratio_kernel(
+        self, *, batch: bool = False, diagnostics: bool = False, squares: bool = False
+    ):
+        """Compile ``(q_new, q_old, bound[, idx]) -> (sum_i r_i, log prior(q_new)[, sum_i r_i^2]
+        [, clipped fraction])`` with ``r_i = clip(l_i(q_new) - l_i(q_old), +-bound)``.
 
-    def ratio_kernel(self, *, batch: bool = False, diagnostics: bool = False):
-        """Compile ``(q_new, q_old, bound[, idx]) -> (sum_i clip(l_i(q_new) - l_i(q_old), +-bound),
-        log prior(q_new)[, clipped fraction])``.
-
-        The clipped fraction is an exact, unprivatised statistic: request it only for
-        diagnostics.
+        ``squares`` adds the sum of squared clipped ratios (minibatch variance estimates). The
+        clipped fraction is an exact, unprivatised statistic: request it only for diagnostics.
         """
-        key = ("ratio", batch, diagnostics)
+        key = ("ratio", batch, diagnostics, squares)
         if key not in self._kernels:
             q_old = self._q.type("q_old")
             bound = pt.scalar("bound", dtype=self._q.dtype)
@@ -363,8 +360,13 @@ class PerRowLikelihood:
             if batch:
                 rows_new, rows_old = self._batched([rows_new, rows_old])
                 inputs.append(self._idx)
-            total, frac = self._ratio_graph(rows_new, rows_old, bound)
-            outputs = [total, prior_new] + ([frac] if diagnostics else [])
+            diff = rows_new - rows_old
+            clipped = pt.clip(diff, -bound, bound)
+            outputs = [clipped.sum(), prior_new]
+            if squares:
+                outputs.append(pt.sum(clipped**2))
+            if diagnostics:
+                outputs.append(pt.mean(pt.gt(pt.abs(diff), bound)))
             self._kernels[key] = self._compile(inputs, outputs)
         return self._kernels[key]
 

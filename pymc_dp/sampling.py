@@ -224,12 +224,14 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             target_epsilon=ledger.target_epsilon,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
-    if stats is None or "dp_mu" not in stats.data_vars:
+    if stats is None or "dp_epsilon" not in stats.data_vars:
         raise ValueError("No privacy ledger and no DP step stats in this DataTree.")
+    releasable = not ({"clip_fraction", "batch_variance"} & set(stats.data_vars))
+    if "dp_mu" not in stats.data_vars:
+        return _basic_composition_report(stats, releasable)
     # dp_mu is cumulative per chain and includes tuning, so the last draw is the chain's spend.
     mu_chain = stats["dp_mu"].max("draw").values.astype(float)
     delta = float(np.max(stats["dp_delta"].values))
-    releasable = "clip_fraction" not in stats.data_vars
 
     def eps(mu: float) -> float:  # mu = inf: a testing mode that released exact values
         return float(gaussian_epsilon(mu, delta)) if np.isfinite(mu) else np.inf
@@ -244,4 +246,27 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
         mechanisms=(f"Gaussian releases composed from sample_stats: mu = {mu_chain.sum():.6g}",),
         releasable=releasable,
         source="composed from the per-chain dp_mu sample stats (plain pm.sample result)",
+    )
+
+
+def _basic_composition_report(stats, releasable: bool) -> PrivacyReport:
+    """Minibatch steps: per-chain (epsilon, delta) stats, composed across chains by basic
+    composition (epsilons and deltas add). Valid but loose; ``pdp.sample`` records the ledger,
+    which composes the chains inside the accountant."""
+    eps_chain = stats["dp_epsilon"].max("draw").values.astype(float)
+    delta = float(np.max(stats["dp_delta"].values))
+    chains = int(eps_chain.size)
+    return PrivacyReport(
+        epsilon=float(eps_chain.sum()),
+        delta=chains * delta,
+        accountant="basic composition across chains of each chain's own accountant",
+        neighbouring="replace-one (substitution) of one row; n is public",
+        chains=chains,
+        epsilon_per_chain=tuple(float(e) for e in eps_chain),
+        mechanisms=(
+            f"{chains} chains, each ({', '.join(f'{e:.4g}' for e in eps_chain)})-DP "
+            f"at delta = {delta:.3g}",
+        ),
+        releasable=releasable,
+        source="per-chain dp_epsilon stats of a plain pm.sample result (loose: use pdp.sample)",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -48,3 +49,19 @@ def easy_banana():
 @pytest.fixture(scope="session")
 def easy_banana_model(easy_banana):
     return easy_banana.model()
+
+
+#: Tempering of the minibatch tests: the posterior is as wide as with N0 rows (T = N0 / n).
+TEMPERED_N0 = 100
+
+
+@pytest.fixture(scope="session")
+def tempered_banana():
+    """Theorem 12 banana, d = 2, n = 1e5, a = 1, tempered with T = N0 / n (N0 = 100): the target."""
+    return banana(n=100_000, d=2, a=1.0, seed=0, tempering=TEMPERED_N0 / 100_000)
+
+
+@pytest.fixture(scope="session")
+def tempered_banana_model(tempered_banana):
+    """The same data with the untempered likelihood: the minibatch steps apply T themselves."""
+    return dataclasses.replace(tempered_banana, tempering=1.0).model()

@@ -1,10 +1,13 @@
 """Privacy accounting for pymc-dp: pure functions, no PyMC import.
 
+* :mod:`~pymc_dp.accounting.barker`: RDP of DP Barker (poster eq. 11 / thesis Theorem 7) with
+  subsampling amplification (WBK19 Theorem 9), composition and conversion to (epsilon, delta).
 * :mod:`~pymc_dp.accounting.gaussian`: exact composition of Gaussian mechanisms (closed-form PLD
   N(mu, 2 mu)) and its inverses.
 * :mod:`~pymc_dp.accounting.ledger`: the privacy ledger recorded in every result.
 * :mod:`~pymc_dp.accounting.rdp`: RDP curves, RDP -> (epsilon, delta), subsampled Gaussian
-  mechanisms through dp-accounting (with its sensitivity conventions spelled out).
+  mechanisms through dp-accounting (with its sensitivity conventions spelled out), and generic
+  RDP amplification by fixed-size sampling without replacement (WBK19 Theorem 9).
 """
 
 from ._validate import (
@@ -14,6 +17,14 @@ from ._validate import (
     check_nonnegative,
     check_positive,
     check_probability,
+)
+from .barker import (
+    barker_epsilon,
+    barker_epsilon_curve,
+    barker_max_iterations,
+    barker_orders,
+    barker_rdp,
+    barker_step_rdp,
 )
 from .gaussian import (
     gaussian_delta,
@@ -38,6 +49,7 @@ from .rdp import (
     poisson_subsampled_gaussian_rdp,
     rdp_to_epsilon,
     rdp_to_epsilon_best,
+    wor_subsampled_rdp,
 )
 
 __all__ = [
@@ -46,6 +58,12 @@ __all__ = [
     "GaussianMechanism",
     "PrivacyLedger",
     "PureDPMechanism",
+    "barker_epsilon",
+    "barker_epsilon_curve",
+    "barker_max_iterations",
+    "barker_orders",
+    "barker_rdp",
+    "barker_step_rdp",
     "check_count",
     "check_delta",
     "check_epsilon",
@@ -69,4 +87,5 @@ __all__ = [
     "poisson_subsampled_gaussian_rdp",
     "rdp_to_epsilon",
     "rdp_to_epsilon_best",
+    "wor_subsampled_rdp",
 ]

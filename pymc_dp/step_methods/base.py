@@ -11,6 +11,7 @@ scale together with one factor ``c`` (``s_k = c * base_k``), which makes calibra
 from __future__ import annotations
 
 import multiprocessing
+import os
 import warnings
 from collections.abc import Sequence
 from typing import ClassVar
@@ -30,6 +31,9 @@ from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger
 from pymc_dp.likelihood import PerRowLikelihood
 
 __all__ = ["DPStep", "PrivacyBudgetError", "default_chains"]
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class PrivacyBudgetError(ValueError):
@@ -81,6 +85,8 @@ class DPStep(ArrayStepShared):
     }
     #: Exact, data-dependent stats emitted only with ``diagnostics=True``.
     diagnostic_stats: ClassVar[dict] = {}
+    #: Whether the step has a noise knob, so that ``epsilon`` or ``noise_multiplier`` is required.
+    _needs_budget: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -98,7 +104,7 @@ class DPStep(ArrayStepShared):
         compile_kwargs: dict | None = None,
     ) -> None:
         model = modelcontext(model)
-        if epsilon is None and noise_multiplier is None:
+        if epsilon is None and noise_multiplier is None and self._needs_budget:
             raise ValueError("Give `epsilon` (a budget to calibrate to) or `noise_multiplier`.")
         if epsilon is not None:
             check_epsilon(epsilon)
@@ -140,7 +146,7 @@ class DPStep(ArrayStepShared):
                 f"{type(self).__name__}(diagnostics=True) emits exact statistics of the private "
                 "data (e.g. clip fractions) without noise: the result is not releasable.",
                 UserWarning,
-                stacklevel=2,
+                skip_file_prefixes=(_PACKAGE_DIR,),
             )
         self._setup_done = False
         super().__init__(vars, self.likelihood.shared, blocked=blocked, rng=rng)
@@ -229,12 +235,7 @@ class DPStep(ArrayStepShared):
     def setup_chain(self, rng: RandomGenerator, tune: int, draws: int) -> None:
         """Calibrate the noise for the run and reset per-chain state, before touching data."""
         super().setup_chain(rng, tune, draws)
-        iterations = int(tune) + int(draws)
-        multipliers = self.noise_multipliers(iterations)  # may refuse the run
-        self._set_noise(multipliers)
-        mu_it = self._mu_per_iteration(multipliers)
-        self._cum_mu = mu_it * np.arange(1, iterations + 1)
-        self._cum_eps = np.asarray(gaussian_epsilon(self._cum_mu, self.delta), dtype=float)
+        self._cum_eps = self._prepare_run(int(tune) + int(draws))  # may refuse the run
         self._iteration = 0
         self._setup_done = True
         if not self._managed:
@@ -246,16 +247,24 @@ class DPStep(ArrayStepShared):
             )
             self._managed = True  # once per step object
 
+    def _prepare_run(self, iterations: int) -> np.ndarray:
+        """Set the noise for a run of ``iterations`` per chain; return this chain's epsilon after
+        each iteration."""
+        multipliers = self.noise_multipliers(iterations)
+        self._set_noise(multipliers)
+        mu_it = self._mu_per_iteration(multipliers)
+        self._cum_mu = mu_it * np.arange(1, iterations + 1)
+        return np.asarray(gaussian_epsilon(self._cum_mu, self.delta), dtype=float)
+
     def _privacy_stats(self) -> dict:
         if not self._setup_done:
             raise RuntimeError(f"{type(self).__name__}.setup_chain was not called.")
-        i = min(self._iteration, len(self._cum_mu) - 1)
+        i = min(self._iteration, len(self._cum_eps) - 1)
         self._iteration += 1
-        return {
-            "dp_epsilon": self._cum_eps[i],
-            "dp_mu": self._cum_mu[i],
-            "dp_delta": self.delta,
-        }
+        stats = {"dp_epsilon": self._cum_eps[i], "dp_delta": self.delta}
+        if "dp_mu" in self.releasable_stats:
+            stats["dp_mu"] = self._cum_mu[i]
+        return stats
 
     @staticmethod
     def competence(var, has_grad):

@@ -13,17 +13,22 @@ accepting with probability
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars
 
 from pymc_dp.accounting._validate import check_positive
 from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
 
-__all__ = ["DPPenalty"]
+__all__ = ["DPPenalty", "check_tempering"]
 
-Proposal = Literal["random_walk", "ocu", "gwmh"]
+
+def check_tempering(tempering: float) -> float:
+    if not (np.isfinite(tempering) and 0 < tempering <= 1):
+        raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
+    return float(tempering)
 
 
 class DPPenalty(DPStep):
@@ -88,20 +93,13 @@ class DPPenalty(DPStep):
         **kwargs,
     ) -> None:
         check_positive(llr_clip, "llr_clip")
-        if proposal not in ("random_walk", "ocu", "gwmh"):
-            raise ValueError(f"`proposal` must be 'random_walk', 'ocu' or 'gwmh', got {proposal!r}")
-        if not (np.isfinite(tempering) and 0 < tempering <= 1):
-            raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
+        self.tempering = check_tempering(tempering)
         super().__init__(vars, **kwargs)
-        scale = np.broadcast_to(np.asarray(proposal_scale, dtype=float), (self.likelihood.dim,))
-        if not np.all(np.isfinite(scale) & (scale > 0)):
-            raise ValueError(f"`proposal_scale` must be finite and > 0, got {proposal_scale}")
+        self._proposal = RandomWalkProposal(proposal_scale, self.likelihood.dim, proposal)
         self.llr_clip = float(llr_clip)
-        self.proposal_scale = scale.copy()
+        self.proposal_scale = self._proposal.scale
         self.proposal = proposal
-        self.tempering = float(tempering)
         self._kernel = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
-        self._direction = np.ones(self.likelihood.dim)
 
     # ------------------------------------------------------------------ accounting
     def _base_noise_multipliers(self) -> dict[str, float]:
@@ -115,21 +113,8 @@ class DPPenalty(DPStep):
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         super().setup_chain(rng, tune, draws)
-        self._direction = self.rng.choice([-1.0, 1.0], size=self.likelihood.dim)
+        self._proposal.reset(self.rng)
         self._q_cached = None
-
-    # ------------------------------------------------------------------ kernel
-    def _propose(self, q: np.ndarray) -> tuple[np.ndarray, int]:
-        dq = np.zeros_like(q)
-        if self.proposal == "random_walk":
-            dq = self.proposal_scale * self.rng.standard_normal(q.size)
-            return q + dq, -1
-        j = int(self.rng.integers(q.size))
-        step = self.proposal_scale[j] * self.rng.standard_normal()
-        if self.proposal == "gwmh":
-            step = self._direction[j] * abs(step)
-        dq[j] = step
-        return q + dq, j
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
         q = q0.data
@@ -137,7 +122,7 @@ class DPPenalty(DPStep):
             # ratio of q with itself is 0 and no data is released; only its prior is used
             self._prior_cur = float(self._kernel(q, q, np.zeros(()))[1])
             self._q_cached = q.copy()
-        q_new, j = self._propose(q)
+        q_new, j = self._proposal(self.rng, q)
         dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
         bound = self.llr_clip * dist
         out = self._kernel(q_new, q, np.asarray(bound))
@@ -150,8 +135,7 @@ class DPPenalty(DPStep):
         accepted = bool(np.log(self.rng.uniform()) < log_alpha)
         if accepted:
             self._q_cached, self._prior_cur = q_new, prior_new
-        elif j >= 0:
-            self._direction[j] = -self._direction[j]  # guided walk: flip after a rejection
+        self._proposal.update(j, accepted)
         stats = {
             "accepted": accepted,
             "accept_prob": float(np.exp(min(0.0, log_alpha))),
