@@ -12,12 +12,14 @@ from threadpoolctl import threadpool_limits
 from benchmarks import bench_abcdp, bench_expfam
 from benchmarks.hmc import banana_mmd_rows, hmc_rows
 from benchmarks.kernels import kernel_rows
+from benchmarks.minibatch import minibatch_goal_rows, minibatch_rows, minibatch_tables
 from benchmarks.models import logistic_problem
 from benchmarks.samplers import sampler_rows
 from benchmarks.timing import format_table, set_clock
 
 #: Goals from the issues: per-row gradients within 2x of PyMC's summed gradient, a DPPenalty
-#: iteration within 1.5x of a Metropolis iteration, a DPHMC iteration within 2x of HMC's.
+#: iteration within 1.5x of a Metropolis iteration, a DPHMC iteration within 2x of HMC's; a
+#: minibatch iteration at n = 1e6 within 1.2x of one at n = 1e4 (``benchmarks.minibatch``).
 GRAD_GOAL, ITERATION_GOAL, HMC_GOAL = 2.0, 1.5, 2.0
 
 GoalRow = tuple[int, str, str, float, float]
@@ -40,6 +42,19 @@ def bench_problem(n: int, d: int, repeats: int) -> list[GoalRow]:
     goals += [(n, r[0], r[2], r[3], ITERATION_GOAL) for r in s_rows if r[0].startswith("DP")]
     goals += [(n, r[0], r[2], r[3], HMC_GOAL) for r in h_rows if r[0].startswith("DP")]
     return goals
+
+
+def bench_minibatch(sizes: tuple[int, ...], batch_size: int, d: int, repeats: int) -> list[GoalRow]:
+    """Print the minibatch tables (iteration time against n at a fixed batch size); return the
+    goal rows (time at the largest n over time at the smallest)."""
+    print(f"\n== Minibatch samplers: logistic regression, d = {d}, batch b = {batch_size} ==")
+    print("ms per iteration of step.step(point) (median); ratios = ms / the reference's ms")
+    rows = minibatch_rows(sizes, batch_size, d, repeats)
+    header = ["n", "ms/iter", f"vs n = {sizes[0]:_}", "vs pm.Metropolis", "vs DPPenalty"]
+    for name, table in minibatch_tables(rows):
+        print(f"\n{name}")
+        print(format_table(header, table))
+    return minibatch_goal_rows(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     with threadpool_limits(limits=1):
         for n in sizes:
             goals += bench_problem(n, args.d, repeats)
+        mb_sizes, mb_batch = (
+            ((2_000, 20_000), 500) if args.quick else ((10_000, 100_000, 1_000_000), 1000)
+        )
+        goals += bench_minibatch(mb_sizes, mb_batch, args.d, repeats)
 
     print("\n== Goals (ratio <= goal) ==")
     rows = [

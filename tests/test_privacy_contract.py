@@ -169,3 +169,38 @@ def test_ledger_round_trips_through_attrs(regression):
     assert ledger.chains == 2 and ledger.per_chain[0].count == 80
     assert ledger.epsilon == pytest.approx(0.7, rel=1e-6)
     assert ledger.target_epsilon == 0.7
+
+
+MINIBATCH_STEPS = {
+    "barker": lambda: pdp.DPBarker(batch_size=100, n0=50, proposal_scale=0.05),
+    "penalty_fixed": lambda: pdp.DPMinibatchPenalty(
+        batch_size=100, llr_clip=3.0, proposal_scale=0.05, epsilon=2.0, tempering=0.5
+    ),
+    "penalty_poisson": lambda: pdp.DPMinibatchPenalty(
+        batch_size=100, llr_clip=3.0, proposal_scale=0.05, epsilon=2.0, sampling="poisson"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MINIBATCH_STEPS))
+def test_minibatch_steps_release_no_private_data(regression, name):
+    """The contract for DPBarker and DPMinibatchPenalty: no private groups, no data-dependent
+    deterministics, only privatised stats (no batch variance, no realised Poisson batch size)."""
+    model, X, y = regression
+    with model:
+        step = MINIBATCH_STEPS[name]()
+        idata = pdp.sample(
+            draws=60, tune=20, chains=2, cores=1, step=step, progressbar=False, random_seed=0
+        )
+    assert set(idata.children) == {"posterior", "sample_stats"}
+    assert set(idata.posterior.data_vars) == {"beta", "sigma", "beta_ratio"}
+    assert set(idata.sample_stats.data_vars) == set(type(step).releasable_stats)
+    assert not {"batch_variance", "clip_fraction", "lp"} & set(idata.sample_stats.data_vars)
+    for path, var, arr in _all_arrays(idata):
+        if arr.dtype.kind == "f" and arr.size >= len(y):
+            for col in (y, X[:, 0], X[:, 1]):
+                assert not np.isin(col[:20], arr.ravel()).all(), (path, var)
+    report = pdp.privacy_report(idata)
+    assert report.epsilon <= (step.epsilon or np.inf) and report.releasable
+    assert report.epsilon == pytest.approx(step.ledger(20, 60, chains=2).epsilon)
+    assert idata.attrs["pymc_dp_releasable"] == 1

@@ -82,7 +82,8 @@ class MinibatchDPStep(DPStep):
             )
         self.batch_size = b
         self.sampling = sampling
-        self._noise_cache: dict[tuple[int, int], float | None] = {}
+        self._noise_cache: dict[tuple, float | None] = {}  # calibration is seconds for RDP/PLD
+        self._curve_cache: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------ batches
     def _draw_batch(self) -> np.ndarray:
@@ -119,7 +120,7 @@ class MinibatchDPStep(DPStep):
         Raises :class:`~pymc_dp.step_methods.base.PrivacyBudgetError` when a fixed noise (or, for
         steps without a noise knob, the run itself) would overspend ``epsilon``.
         """
-        key = (self.chains, int(iterations))
+        key = (self.chains, int(iterations), self.epsilon, self.delta, self.noise_multiplier)
         if key not in self._noise_cache:
             self._noise_cache[key] = self._calibrate(int(iterations))
         return self._noise_cache[key]
@@ -186,6 +187,13 @@ class MinibatchDPStep(DPStep):
     def _prepare_run(self, iterations: int) -> np.ndarray:
         noise = self.calibrated_noise(iterations)
         self._set_noise(noise)
+        key = (noise, iterations, self.delta)
+        if key not in self._curve_cache:
+            self._curve_cache[key] = self._epsilon_curve(noise, iterations)
+        return self._curve_cache[key]
+
+    def _epsilon_curve(self, noise: float | None, iterations: int) -> np.ndarray:
+        """One chain's epsilon after each of ``iterations`` iterations."""
         one = self._ledger(noise, 1, chains=1)
         if one.regime == "rdp":  # exact after every iteration: k times the per-iteration curve
             orders, curve = one.rdp_curve()

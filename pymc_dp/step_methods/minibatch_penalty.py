@@ -95,13 +95,15 @@ class DPMinibatchPenalty(MinibatchDPStep):
 
     Notes
     -----
-    The thesis accounts :math:`\tau = 0.7`, b = 1000, n = 1e5, delta = 1e-6 with the Fourier
-    accountant and gets 1817 iterations at epsilon = 6. That count treats c, already the
-    replace-one *difference*, as the per-row bound of a REPLACE_ONE Poisson accountant, which
-    doubles it again: dp-accounting reproduces it (1816) with multiplier :math:`\sqrt\tau` under
-    REPLACE_ONE, and this class, which passes :math:`2\sqrt\tau`, affords 4x as many Poisson
-    iterations (see ``tests/test_minibatch_penalty.py``). Fixed-size sampling is accounted with RDP,
-    which is looser than PLD.
+    The thesis accounts :math:`\tau = 0.7` (:math:`s = \sqrt\tau`), b = 1000, n = 1e5,
+    delta = 1e-6 with the Fourier accountant and gets 1817 iterations at epsilon = 6. That count
+    treats c, already the replace-one *difference*, as the per-row bound of a replace-one Poisson
+    accountant, which doubles it again (2x in sigma): dp-accounting reproduces it (1816) when given
+    multiplier :math:`\sqrt\tau` under REPLACE_ONE. Here the release is a sum of per-row terms
+    bounded by c / 2, so dp-accounting gets :math:`2\sqrt\tau` and ``sampling="poisson"`` affords
+    9842 iterations. ``sampling="fixed_size"`` is accounted with RDP for sampling without
+    replacement (WBK19 Thm 27), which is looser: 1197 iterations. Both are pinned in
+    ``tests/test_minibatch_penalty.py``.
 
     Stats: ``accepted``, ``accept_prob`` and ``noise_std`` (functions of the release and public
     values), ``dp_epsilon``, ``dp_delta``, ``batch_size`` (b; the realised Poisson size is not
