@@ -7,7 +7,7 @@ PYTHON ?= $(shell for p in python3.12 python3.13 python3; do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; \
 	  then echo $$p; break; fi; done)
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv clean correction
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 not found (tried python3.12, python3.13, python3)"; exit 1; fi
@@ -27,6 +27,10 @@ test: venv
 
 bench: venv
 	$(PY) -m benchmarks
+
+# Refit DP Barker's logistic correction distribution (deterministic) into pymc_dp/data/.
+correction: venv
+	$(PY) -c "from pymc_dp.step_methods.barker_correction import main; main([])"
 
 lint: venv
 	$(PY) -m ruff check pymc_dp tests benchmarks

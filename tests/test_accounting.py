@@ -611,3 +611,46 @@ def test_package_exports_and_no_pymc_import():
             else:
                 continue
             assert not roots & {"pymc", "pytensor", "arviz"}, (path.name, roots)
+
+
+class TestMinibatchLedger:
+    """Ledgers of the minibatch steps: regimes, pins through the ledger, attrs round trip."""
+
+    def test_barker_ledger_pins(self):
+        from pymc_dp.accounting.ledger import BarkerMechanism, PrivacyLedger
+
+        ledger = PrivacyLedger(
+            "DPBarker", (BarkerMechanism("test", 1000, 1_000_000, 5000),), chains=2, delta=1e-6
+        )
+        assert ledger.regime == "rdp"
+        assert ledger.epsilon == pytest.approx(0.5797138531, rel=1e-9)  # k = 1e4 in total
+        assert "improved conversion at order 35" in ledger.accountant
+        orders, curve = ledger.rdp_curve()
+        assert orders[0] == 2 and 2 * curve[0] == pytest.approx(0.0172265732079, rel=1e-10)
+        again = PrivacyLedger.from_attrs(ledger.to_attrs())
+        assert again == ledger and again.epsilon == ledger.epsilon
+
+    def test_subsampled_ledgers_round_trip_and_regimes(self):
+        from pymc_dp.accounting.ledger import (
+            BarkerMechanism,
+            GaussianMechanism,
+            PrivacyLedger,
+            SubsampledGaussianMechanism,
+        )
+
+        fixed = SubsampledGaussianMechanism("f", 1.0, 100_000, 1000, 100)
+        poisson = SubsampledGaussianMechanism("p", 1.0, 100_000, 1000, 100, "poisson")
+        for mech, regime in ((fixed, "rdp"), (poisson, "pld")):
+            ledger = PrivacyLedger("x", (mech,), chains=3, delta=1e-6)
+            assert ledger.regime == regime
+            assert PrivacyLedger.from_attrs(ledger.to_attrs()) == ledger
+            assert 0 < ledger.epsilon_per_chain < ledger.epsilon
+        # a Gaussian with a Poisson mechanism: both in one PLD, Gaussian multiplier doubled
+        both = PrivacyLedger("x", (poisson, GaussianMechanism("g", 50.0, 10)), chains=1, delta=1e-6)
+        assert both.epsilon > PrivacyLedger("x", (poisson,), chains=1, delta=1e-6).epsilon
+        with pytest.raises(ValueError, match="cannot compose"):
+            PrivacyLedger("x", (poisson, BarkerMechanism("b", 1000, 100_000, 10)), 1, 1e-6)
+        with pytest.raises(ValueError, match="sampling"):
+            SubsampledGaussianMechanism("x", 1.0, 100, 10, 1, "bernoulli")
+        with pytest.raises(ValueError, match="batch_size"):
+            SubsampledGaussianMechanism("x", 1.0, 100, 200, 1)
