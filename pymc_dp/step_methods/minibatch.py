@@ -90,7 +90,8 @@ class MinibatchDPStep(DPStep):
         n, b = self.n_rows, self.batch_size
         if self.sampling == "poisson":
             b = int(self.rng.binomial(n, b / n))
-        return self.rng.choice(n, b, replace=False)
+        # order is irrelevant (sums over the batch): skipping the shuffle saves ~30% of the draw
+        return self.rng.choice(n, b, replace=False, shuffle=False)
 
     # ------------------------------------------------------------------ subclass interface
     def _mechanisms(self, noise: float | None, iterations: int) -> tuple:
