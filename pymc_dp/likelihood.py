@@ -26,6 +26,8 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.model import Model, modelcontext
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import pushforward
 from pytensor.graph.basic import Constant, Variable
@@ -54,6 +56,19 @@ def _is_data_node(var: Variable) -> bool:
         and isinstance(var, Constant | SharedVariable)
         and isinstance(var.type, TensorType)
     )
+
+
+def _inline_op_from_graph(outputs: list[Variable]) -> list[Variable]:
+    """Replace every ``OpFromGraph`` node by a copy of its inner graph (repeatedly: nested)."""
+    for _ in range(20):
+        nodes = [n for n in io_toposort([], outputs) if isinstance(n.op, OpFromGraph)]
+        if not nodes:
+            return outputs
+        replace = {}
+        for node in nodes:
+            replace.update(zip(node.outputs, inline_ofg_node(node), strict=True))
+        outputs = graph_replace(outputs, replace, strict=False)
+    raise RuntimeError("OpFromGraph nesting deeper than 20 levels")  # pragma: no cover
 
 
 class PerRowLikelihood:
@@ -276,14 +291,19 @@ class PerRowLikelihood:
         # PyMC's logp graphs pin the row count in shape-only ops: SpecifyShape asserts and an
         # Alloc that broadcasts the element-wise logp to the (already full) observed shape. Both are
         # no-ops on the full data, so drop them before swapping the data for its minibatch.
+        # Inner graphs (e.g. logaddexp of mixtures) fix their input types to the full row count and
+        # would re-impose it when rebuilt on a batch: inline them first.
+        outputs = _inline_op_from_graph(outputs)
         pinned = {}
         for node in io_toposort([self._q, *self.row_inputs], outputs):
             x = node.inputs[0] if node.inputs else None
+            out = node.outputs[0] if node.outputs else None
             if isinstance(node.op, SpecifyShape):
-                pinned[node.outputs[0]] = x
-            elif isinstance(node.op, Alloc) and x.type.ndim == node.outputs[0].type.ndim:
-                if all(s != 1 for s in x.type.shape):
-                    pinned[node.outputs[0]] = x
+                pinned[out] = x
+            elif isinstance(node.op, Alloc) and x.type.ndim == out.type.ndim:
+                same = x.type.shape == out.type.shape and None not in x.type.shape
+                if same or all(s != 1 for s in x.type.shape):
+                    pinned[out] = x
         if pinned:
             outputs = graph_replace(outputs, pinned, strict=False)
         replace = {x: x[self._idx] for x in self.row_inputs}

@@ -199,3 +199,27 @@ class TestErrors:
             pm.Potential("leak", -((x - a) ** 2).sum())
         with pytest.raises(ValueError, match="Potential 'leak'"):
             pdp.PerRowLikelihood(model)
+
+
+@pytest.mark.parametrize("kind", ["normal_mixture", "column_observed"])
+def test_minibatch_kernels_of_inner_graph_and_column_models(kind):
+    """Mixtures (logsumexp inside an OpFromGraph pins the row count) and observed data of shape
+    (n, 1) (an Alloc that keeps a length-1 axis) must batch like any other model."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=500)
+    with pm.Model() as model:
+        if kind == "normal_mixture":
+            t = pm.Normal("t", 0, 3, shape=2)
+            pm.NormalMixture("x", w=[0.5, 0.5], mu=t, sigma=1.0, observed=x)
+        else:
+            mu = pm.Normal("mu", 0, 3)
+            pm.Normal("y", mu, 1, observed=x[:, None])
+    lik = pdp.PerRowLikelihood(model)
+    q = np.array([0.3, -0.2])[: lik.dim]
+    q_new = q + 0.05
+    idx = rng.choice(500, 50, replace=False)
+    ratios = lik.logp_rows(q_new) - lik.logp_rows(q)
+    total, _, squares = lik.ratio_kernel(batch=True, squares=True)(q_new, q, np.asarray(10.0), idx)
+    np.testing.assert_allclose(total, ratios[idx].sum(), rtol=1e-10)
+    np.testing.assert_allclose(squares, (ratios[idx] ** 2).sum(), rtol=1e-10)
+    np.testing.assert_allclose(lik.batch_grad_rows(q, idx), lik.grad_rows(q)[idx], rtol=1e-10)
