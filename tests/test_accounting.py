@@ -654,3 +654,28 @@ class TestMinibatchLedger:
             SubsampledGaussianMechanism("x", 1.0, 100, 10, 1, "bernoulli")
         with pytest.raises(ValueError, match="batch_size"):
             SubsampledGaussianMechanism("x", 1.0, 100, 200, 1)
+
+
+def test_rdp_epsilon_curve_matches_pointwise_conversion():
+    from pymc_dp.accounting.rdp import (
+        DEFAULT_ORDERS,
+        gaussian_rdp,
+        rdp_epsilon_curve,
+        rdp_to_epsilon_best,
+    )
+
+    curve = gaussian_rdp(30.0, DEFAULT_ORDERS)
+    out = rdp_epsilon_curve(DEFAULT_ORDERS, curve, 5000, 1e-6)  # > one chunk of 2**20 pairs
+    for k in (1, 2, 17, 4096, 4097, 5000):
+        assert out[k - 1] == rdp_to_epsilon_best(DEFAULT_ORDERS, k * curve, 1e-6)[0]
+    assert np.all(np.diff(out) >= 0)
+    with pytest.raises(ValueError, match="rdp"):
+        rdp_epsilon_curve(DEFAULT_ORDERS, curve[:-1], 10, 1e-6)
+
+
+def test_largest_count():
+    from pymc_dp.accounting.rdp import largest_count
+
+    assert largest_count(lambda k: k <= 37) == 37
+    assert largest_count(lambda k: k == 0) == 0
+    assert largest_count(lambda k: True) >= 2**40  # the search stops on its own

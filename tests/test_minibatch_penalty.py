@@ -20,6 +20,14 @@ B = 1000
 H = [0.15, 0.1]
 
 
+def _thesis_step(**kw) -> pdp.DPMinibatchPenalty:
+    return pdp.DPMinibatchPenalty(batch_size=B, llr_clip=1.0, proposal_scale=1e-3, **kw)
+
+
+def _banana_step(**kw) -> pdp.DPMinibatchPenalty:
+    return pdp.DPMinibatchPenalty(batch_size=B, llr_clip=3.0, proposal_scale=H, **kw)
+
+
 def _release(rows: np.ndarray, n: int, tempering: float, sampling: str) -> float:
     b = rows.size if sampling == "fixed_size" else B
     q = b / n
@@ -84,15 +92,7 @@ def test_thesis_fourier_accountant_setting(thesis_model, sampling, s, expected):
     the Fourier accountant. Reading its multiplier sqrt(tau) over the per-row bound (what the
     thesis did) reproduces it; the correct multiplier is 2 sqrt(tau) for Poisson sampling."""
     with thesis_model:
-        step = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=1.0,
-            proposal_scale=1e-3,
-            noise_multiplier=s,
-            delta=1e-6,
-            chains=1,
-            sampling=sampling,
-        )
+        step = _thesis_step(noise_multiplier=s, delta=1e-6, chains=1, sampling=sampling)
     assert step.max_iterations(6.0) == expected
 
 
@@ -101,23 +101,8 @@ def test_accounting_conventions_issue_378(thesis_model):
     hands dp-accounting s for WOR RDP and 2 s for its REPLACE_ONE Poisson PLD."""
     n, s, k, delta = 100_000, 1.3, 2000, 1e-6
     with thesis_model:
-        fixed = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=1.0,
-            proposal_scale=1e-3,
-            noise_multiplier=s,
-            delta=delta,
-            chains=2,
-        )
-        poisson = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=1.0,
-            proposal_scale=1e-3,
-            noise_multiplier=s,
-            delta=delta,
-            chains=2,
-            sampling="poisson",
-        )
+        fixed = _thesis_step(noise_multiplier=s, delta=delta, chains=2)
+        poisson = _thesis_step(noise_multiplier=s, delta=delta, chains=2, sampling="poisson")
     eps_fixed = fixed.ledger(0, k).epsilon
     reference = fixed_size_subsampled_gaussian_epsilon(s, n, B, 2 * k, delta)
     assert eps_fixed <= reference * (1 + 1e-12)  # the tighter of two conversions
@@ -132,15 +117,7 @@ def test_accounting_conventions_issue_378(thesis_model):
 
 def test_calibration_spends_the_budget(thesis_model):
     with thesis_model:
-        step = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=1.0,
-            proposal_scale=1e-3,
-            epsilon=2.0,
-            delta=1e-6,
-            chains=2,
-            sampling="poisson",
-        )
+        step = _thesis_step(epsilon=2.0, delta=1e-6, chains=2, sampling="poisson")
     ledger = step.ledger(200, 800)
     assert 2.0 * (1 - 2e-3) < ledger.epsilon <= 2.0
     s = ledger.per_chain[0].noise_multiplier
@@ -152,15 +129,8 @@ def test_calibration_spends_the_budget(thesis_model):
     )
     assert more.epsilon > ledger.epsilon  # calibration is not looser than needed
     with thesis_model:
-        fixed = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=1.0,
-            proposal_scale=1e-3,
-            noise_multiplier=s,
-            epsilon=2.0,
-            delta=1e-6,
-            chains=2,
-            sampling="poisson",
+        fixed = _thesis_step(
+            noise_multiplier=s, epsilon=2.0, delta=1e-6, chains=2, sampling="poisson"
         )
     with pytest.raises(pdp.PrivacyBudgetError, match="at most"):
         fixed.ledger(400, 800)
@@ -173,15 +143,8 @@ def test_tempered_banana_at_epsilon_5(tempered_banana, tempered_banana_model, sa
     calibrated to (5, 1e-6)-DP; the draws must match the exact moments."""
     rng = np.random.default_rng(9)
     with tempered_banana_model:
-        step = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=3.0,
-            proposal_scale=H,
-            tempering=TEMPERED_N0 / 100_000,
-            epsilon=5.0,
-            delta=1e-6,
-            chains=1,
-            sampling=sampling,
+        step = _banana_step(
+            tempering=TEMPERED_N0 / 100_000, epsilon=5.0, delta=1e-6, chains=1, sampling=sampling
         )
     runs, idatas = stationary_runs(
         tempered_banana_model, step, tempered_banana.exact_posterior(16, rng), 3500
@@ -196,14 +159,8 @@ def test_tempered_banana_at_epsilon_5(tempered_banana, tempered_banana_model, sa
 
 def test_reproducible_and_contract(tempered_banana_model):
     with tempered_banana_model:
-        step = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=3.0,
-            proposal_scale=H,
-            tempering=1e-3,
-            noise_multiplier=1.0,
-            proposal="gwmh",
-            sampling="poisson",
+        step = _banana_step(
+            tempering=1e-3, noise_multiplier=1.0, proposal="gwmh", sampling="poisson"
         )
         kw = dict(draws=40, tune=10, chains=2, step=step, random_seed=4, progressbar=False)
         a = pdp.sample(cores=1, **kw)
@@ -226,13 +183,7 @@ def test_reproducible_and_contract(tempered_banana_model):
 
 def test_plain_pm_sample_report_composes_chains(tempered_banana_model):
     with tempered_banana_model:
-        step = pdp.DPMinibatchPenalty(
-            batch_size=B,
-            llr_clip=3.0,
-            proposal_scale=H,
-            tempering=1e-3,
-            noise_multiplier=1.0,
-        )
+        step = _banana_step(tempering=1e-3, noise_multiplier=1.0)
         with pytest.warns(UserWarning, match="observed_data"):
             idata = pm.sample(
                 draws=20,

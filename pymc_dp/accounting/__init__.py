@@ -36,7 +36,13 @@ from .gaussian import (
     max_releases,
     noise_multiplier_for_budget,
 )
-from .ledger import GaussianMechanism, PrivacyLedger, PureDPMechanism
+from .ledger import (
+    BarkerMechanism,
+    GaussianMechanism,
+    PrivacyLedger,
+    PureDPMechanism,
+    SubsampledGaussianMechanism,
+)
 from .rdp import (
     DEFAULT_ORDERS,
     DP_ACCOUNTING_ORDERS,
@@ -44,15 +50,19 @@ from .rdp import (
     fixed_size_subsampled_gaussian_event,
     fixed_size_subsampled_gaussian_rdp,
     gaussian_rdp,
+    largest_count,
     poisson_subsampled_gaussian_epsilon,
     poisson_subsampled_gaussian_event,
     poisson_subsampled_gaussian_rdp,
+    rdp_epsilon_curve,
     rdp_to_epsilon,
     rdp_to_epsilon_best,
     wor_subsampled_rdp,
 )
 
 __all__ = [
+    "BarkerMechanism",
+    "SubsampledGaussianMechanism",
     "DEFAULT_ORDERS",
     "DP_ACCOUNTING_ORDERS",
     "GaussianMechanism",
@@ -85,6 +95,8 @@ __all__ = [
     "poisson_subsampled_gaussian_epsilon",
     "poisson_subsampled_gaussian_event",
     "poisson_subsampled_gaussian_rdp",
+    "largest_count",
+    "rdp_epsilon_curve",
     "rdp_to_epsilon",
     "rdp_to_epsilon_best",
     "wor_subsampled_rdp",

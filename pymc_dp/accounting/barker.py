@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._validate import check_count, check_delta, check_epsilon
-from .rdp import _epsilon_per_order, rdp_to_epsilon_best, wor_subsampled_rdp
+from .rdp import largest_count, rdp_epsilon_curve, rdp_to_epsilon_best, wor_subsampled_rdp
 
 __all__ = [
     "barker_epsilon",
@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 # Largest number of (iteration, order) pairs converted at once by barker_epsilon_curve (~8 MB).
-_CURVE_CHUNK_ELEMENTS = 1 << 20
 
 
 def _check_batch_size(batch_size: int) -> int:
@@ -259,20 +258,7 @@ def barker_epsilon_curve(
         take a fraction of a second).
     """
     orders, rdp = barker_rdp(batch_size, dataset_size)
-    total = check_count(iterations, "iterations")
-    dlt = check_delta(delta)
-    out = np.empty(total)
-    chunk = max(1, _CURVE_CHUNK_ELEMENTS // orders.size)
-    for start in range(0, total, chunk):
-        ks = np.arange(start + 1, min(start + chunk, total) + 1, dtype=np.float64)
-        composed = ks[:, None] * rdp
-        # Same per-order expressions as rdp_to_epsilon_best, minimised over both methods at once.
-        per_order = np.minimum(
-            _epsilon_per_order(orders, composed, dlt, "improved"),
-            _epsilon_per_order(orders, composed, dlt, "classic"),
-        )
-        out[start : start + ks.size] = np.maximum(per_order.min(axis=-1), 0.0)
-    return out
+    return rdp_epsilon_curve(orders, rdp, iterations, delta)
 
 
 def barker_max_iterations(batch_size: int, dataset_size: int, epsilon: float, delta: float) -> int:
@@ -299,17 +285,4 @@ def barker_max_iterations(batch_size: int, dataset_size: int, epsilon: float, de
     orders, rdp = barker_rdp(batch_size, dataset_size)
     eps = check_epsilon(epsilon)
     dlt = check_delta(delta)
-
-    def fits(k: int) -> bool:
-        return rdp_to_epsilon_best(orders, k * rdp, dlt)[0] <= eps
-
-    lo, hi = 0, 1  # fits(lo) always (epsilon(0) = 0); hi is the next candidate
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return largest_count(lambda k: rdp_to_epsilon_best(orders, k * rdp, dlt)[0] <= eps)

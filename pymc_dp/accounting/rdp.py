@@ -82,6 +82,11 @@ _PLD_DISCRETIZATION = 1e-4
 
 Method = Literal["improved", "classic"]
 
+# (iteration, order) pairs per chunk of rdp_epsilon_curve: bounded memory for long runs
+_CURVE_CHUNK_ELEMENTS = 1 << 20
+# no run is this long; stops the search when epsilon never exceeds the budget
+_MAX_COUNT = 1 << 40
+
 
 def _check_orders(orders: ArrayLike) -> NDArray[np.float64]:
     arr = np.asarray(orders, dtype=np.float64)
@@ -532,3 +537,45 @@ def wor_subsampled_rdp(step_rdp: ArrayLike, sampling_ratio: float) -> NDArray[np
     with np.errstate(divide="ignore"):
         log_sum = shift + np.log(np.exp(terms - shift[:, None]).sum(axis=1))
     return np.logaddexp(0.0, log_sum) / (j - 1.0)
+
+
+def rdp_epsilon_curve(
+    orders: ArrayLike, rdp: ArrayLike, iterations: int, delta: float
+) -> NDArray[np.float64]:
+    """Epsilon after 1, 2, ..., ``iterations`` repetitions of a mechanism with RDP curve ``rdp``.
+
+    ``out[k - 1]`` equals ``rdp_to_epsilon_best(orders, k * rdp, delta)[0]``: the tighter of the
+    improved and classic conversions at every k. Evaluated in chunks of about 2**20
+    (iteration, order) pairs, so memory stays bounded.
+    """
+    orders_arr = _check_orders(orders)
+    rdp_arr = np.asarray(rdp, dtype=np.float64)
+    if rdp_arr.shape != orders_arr.shape:
+        raise ValueError(f"`rdp` must have shape {orders_arr.shape}, got {rdp_arr.shape}")
+    total = check_count(iterations, "iterations")
+    dlt = check_delta(delta)
+    out = np.empty(total)
+    chunk = max(1, _CURVE_CHUNK_ELEMENTS // orders_arr.size)
+    for start in range(0, total, chunk):
+        ks = np.arange(start + 1, min(start + chunk, total) + 1, dtype=np.float64)
+        composed = ks[:, None] * rdp_arr
+        per_order = np.minimum(
+            _epsilon_per_order(orders_arr, composed, dlt, "improved"),
+            _epsilon_per_order(orders_arr, composed, dlt, "classic"),
+        )
+        out[start : start + ks.size] = np.maximum(per_order.min(axis=-1), 0.0)
+    return out
+
+
+def largest_count(fits) -> int:
+    """Largest k >= 0 with ``fits(k)``, for a predicate that holds at 0 and, once false, stays
+    false (epsilon never decreases with the count): exponential search, then bisection."""
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+        if hi > _MAX_COUNT:
+            return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

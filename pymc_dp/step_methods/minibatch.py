@@ -27,7 +27,7 @@ import numpy as np
 from pymc_dp.accounting._validate import check_count, check_epsilon
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import PrivacyLedger
-from pymc_dp.accounting.rdp import rdp_to_epsilon
+from pymc_dp.accounting.rdp import largest_count, rdp_epsilon_curve
 from pymc_dp.step_methods.base import DPStep, PrivacyBudgetError
 
 __all__ = ["MinibatchDPStep", "Sampling"]
@@ -36,7 +36,6 @@ Sampling = Literal["fixed_size", "poisson"]
 
 # relative precision of the calibrated noise multiplier (always rounded towards more noise)
 _CALIBRATION_RTOL = 1e-4
-_CURVE_CHUNK = 4096
 _PLD_GRID_POINTS = 40
 
 
@@ -168,15 +167,7 @@ class MinibatchDPStep(DPStep):
         noise = self.noise_multiplier if self._needs_budget else None
         if self._needs_budget and noise is None:
             raise ValueError("`max_iterations` needs a fixed `noise_multiplier`.")
-        lo, hi = 0, 1
-        while self._run_epsilon(noise, hi, chains) <= epsilon:
-            lo, hi = hi, 2 * hi
-            if hi > 2**40:
-                return hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self._run_epsilon(noise, mid, chains) <= epsilon else (lo, mid)
-        return lo
+        return largest_count(lambda k: self._run_epsilon(noise, k, chains) <= epsilon)
 
     def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
         """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""
@@ -196,16 +187,10 @@ class MinibatchDPStep(DPStep):
     def _epsilon_curve(self, noise: float | None, iterations: int) -> np.ndarray:
         """One chain's epsilon after each of ``iterations`` iterations."""
         one = self._ledger(noise, 1, chains=1)
+        if iterations == 0:
+            return np.zeros(0)
         if one.regime == "rdp":  # exact after every iteration: k times the per-iteration curve
-            orders, curve = one.rdp_curve()
-            out = np.empty(iterations)
-            for start in range(0, iterations, _CURVE_CHUNK):
-                k = np.arange(start + 1, min(start + _CURVE_CHUNK, iterations) + 1)
-                total = k[:, None] * curve[None, :]
-                eps_i, _ = rdp_to_epsilon(orders, total, self.delta, "improved")
-                eps_c, _ = rdp_to_epsilon(orders, total, self.delta, "classic")
-                out[start : start + k.size] = np.minimum(eps_i, eps_c)
-            return out
+            return rdp_epsilon_curve(*one.rdp_curve(), iterations, self.delta)
         # PLD: exact on a geometric grid of counts, stepped up in between (an upper bound)
         grid = np.unique(np.geomspace(1, iterations, _PLD_GRID_POINTS).round().astype(int))
         eps_grid = np.array([self._run_epsilon(noise, int(k), 1) for k in grid])

@@ -40,7 +40,7 @@ from pymc.blocking import RaveledVars
 from pymc_dp.accounting._validate import check_positive
 from pymc_dp.accounting.ledger import SubsampledGaussianMechanism
 from pymc_dp.step_methods.minibatch import MinibatchDPStep, Sampling
-from pymc_dp.step_methods.penalty import check_tempering
+from pymc_dp.step_methods.penalty import check_tempering, penalty_decision
 from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
 
 __all__ = ["DPMinibatchPenalty", "batch_release", "release_sensitivity"]
@@ -195,18 +195,5 @@ class DPMinibatchPenalty(MinibatchDPStep):
         sigma = self._s * self.sensitivity(dist)
         released = lam - 0.5 * var_b + sigma * self.rng.standard_normal()
         log_alpha = released - 0.5 * sigma**2 + prior_new - self._prior_cur
-        if not np.isfinite(log_alpha):  # outside the prior's support
-            log_alpha = -np.inf
-        accepted = bool(np.log(self.rng.uniform()) < log_alpha)
-        if accepted:
-            self._q_cached, self._prior_cur = q_new, prior_new
-        self._proposal.update(j, accepted)
-        stats = {
-            "accepted": accepted,
-            "accept_prob": float(np.exp(min(0.0, log_alpha))),
-            "noise_std": sigma,
-            **self._privacy_stats(),
-        }
-        if self.diagnostics:
-            stats["clip_fraction"] = float(out[3])
-        return RaveledVars(q_new if accepted else q, q0.point_map_info), [stats]
+        clip = float(out[3]) if self.diagnostics else None
+        return penalty_decision(self, q0, q_new, j, log_alpha, prior_new, sigma, clip)

@@ -22,13 +22,42 @@ from pymc_dp.accounting._validate import check_positive
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
 
-__all__ = ["DPPenalty", "check_tempering"]
+__all__ = ["DPPenalty", "check_tempering", "penalty_decision"]
 
 
 def check_tempering(tempering: float) -> float:
     if not (np.isfinite(tempering) and 0 < tempering <= 1):
         raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
     return float(tempering)
+
+
+def penalty_decision(
+    step: DPStep,
+    q0: RaveledVars,
+    q_new: np.ndarray,
+    j: int,
+    log_alpha: float,
+    prior_new: float,
+    sigma: float,
+    clip_fraction: float | None,
+) -> tuple[RaveledVars, list[dict]]:
+    """Accept or reject on a privatised log acceptance ratio; update the step's cached prior and
+    proposal state; return ``astep``'s result with the privatised stats."""
+    if not np.isfinite(log_alpha):  # outside the prior's support, or divergent
+        log_alpha = -np.inf
+    accepted = bool(np.log(step.rng.uniform()) < log_alpha)
+    if accepted:
+        step._q_cached, step._prior_cur = q_new, prior_new
+    step._proposal.update(j, accepted)
+    stats = {
+        "accepted": accepted,
+        "accept_prob": float(np.exp(min(0.0, log_alpha))),
+        "noise_std": sigma,
+        **step._privacy_stats(),
+    }
+    if clip_fraction is not None:
+        stats["clip_fraction"] = clip_fraction
+    return RaveledVars(q_new if accepted else q0.data, q0.point_map_info), [stats]
 
 
 class DPPenalty(DPStep):
@@ -130,18 +159,5 @@ class DPPenalty(DPStep):
         sigma = self._s * 2.0 * self.tempering * bound
         noisy_llr = llr + sigma * self.rng.standard_normal()
         log_alpha = noisy_llr - 0.5 * sigma**2 + prior_new - self._prior_cur
-        if not np.isfinite(log_alpha):  # outside the prior's support, or divergent
-            log_alpha = -np.inf
-        accepted = bool(np.log(self.rng.uniform()) < log_alpha)
-        if accepted:
-            self._q_cached, self._prior_cur = q_new, prior_new
-        self._proposal.update(j, accepted)
-        stats = {
-            "accepted": accepted,
-            "accept_prob": float(np.exp(min(0.0, log_alpha))),
-            "noise_std": sigma,
-            **self._privacy_stats(),
-        }
-        if self.diagnostics:
-            stats["clip_fraction"] = float(out[2])
-        return RaveledVars(q_new if accepted else q, q0.point_map_info), [stats]
+        clip = float(out[2]) if self.diagnostics else None
+        return penalty_decision(self, q0, q_new, j, log_alpha, prior_new, sigma, clip)
