@@ -1,6 +1,6 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
-from pymc_dp import abc, accounting, expfam
+from pymc_dp import abc, accounting, audit, expfam
 from pymc_dp.accounting.ledger import (
     BarkerMechanism,
     GaussianMechanism,
@@ -8,7 +8,11 @@ from pymc_dp.accounting.ledger import (
     PureDPMechanism,
     SubsampledGaussianMechanism,
 )
+from pymc_dp.graph import ModelGraph, analyse
 from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.noise import NoiseSource
+from pymc_dp.plan import PrivacyBudgetError, RunPlan
+from pymc_dp.predictive import posterior_predictive
 from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
 from pymc_dp.step_methods import (
     DPHMC,
@@ -16,10 +20,9 @@ from pymc_dp.step_methods import (
     DPMinibatchPenalty,
     DPPenalty,
     DPStep,
-    PrivacyBudgetError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "BarkerMechanism",
@@ -29,15 +32,21 @@ __all__ = [
     "DPPenalty",
     "DPStep",
     "GaussianMechanism",
+    "ModelGraph",
+    "NoiseSource",
     "PerRowLikelihood",
     "PrivacyBudgetError",
     "PrivacyLedger",
     "PrivacyReport",
     "PureDPMechanism",
+    "RunPlan",
     "SubsampledGaussianMechanism",
     "abc",
     "accounting",
+    "analyse",
+    "audit",
     "expfam",
+    "posterior_predictive",
     "privacy_report",
     "sample",
     "sanitize",

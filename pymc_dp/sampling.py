@@ -1,9 +1,10 @@
 """Safe outputs: ``pdp.sample``, ``pdp.sanitize`` and ``pdp.privacy_report``.
 
 ``pm.sample`` stores the observed and constant data in its result, and PyMC's own step methods
-report the exact model log-density. ``pdp.sample`` runs ``pm.sample`` with a DP step that covers
-every free variable, tells it the exact chain count, and returns a DataTree that holds only what
-was privatised, with the privacy ledger in ``attrs``.
+report the exact model log-density. ``pdp.sample`` runs ``pm.sample`` with one DP step that covers
+every free variable, under a run plan made before any data is touched, and returns a DataTree
+kept by whitelist: the posterior of the free variables and of the deterministics that read no
+private data, the DP step's declared privatised stats, and the privacy ledger in ``attrs``.
 """
 
 from __future__ import annotations
@@ -18,35 +19,73 @@ from xarray import DataTree
 
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.accounting.ledger import GAUSSIAN_ACCOUNTANT, LEDGER_ATTR, PrivacyLedger
-from pymc_dp.likelihood import data_dependent_variables
+from pymc_dp.graph import ModelGraph, analyse
 from pymc_dp.step_methods.base import DPStep, default_chains
 
-__all__ = ["sample", "sanitize", "privacy_report", "PrivacyReport"]
+__all__ = ["PrivacyReport", "privacy_report", "sample", "sanitize"]
 
-#: Groups that only ever hold private data or functions of it computed without noise.
-PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood", "log_prior")
-#: Groups whose variables are checked one by one.
-_POSTERIOR_GROUPS = ("posterior", "warmup_posterior")
-_STATS_GROUPS = ("sample_stats", "warmup_sample_stats")
+#: The only groups a released result may hold (everything else, e.g. observed_data,
+#: posterior_predictive or log_likelihood, is dropped).
+KEPT_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
+#: Group attrs that describe software, not the data (``sampling_time`` is a timing side channel).
+KEPT_GROUP_ATTRS = frozenset(
+    {
+        "created_at",
+        "creation_library",
+        "creation_library_version",
+        "creation_library_language",
+        "inference_library",
+        "inference_library_version",
+        "sample_dims",
+        "tuning_steps",
+    }
+)
 
 
-def _releasable_stat_names() -> set[str]:
+def _dp_stat_names() -> frozenset[str]:
     names: set[str] = set()
     stack = [DPStep]
     while stack:
         cls = stack.pop()
-        names |= set(cls.releasable_stats)
+        names |= cls.releasable_stat_names()
         stack.extend(cls.__subclasses__())
-    return names
+    return frozenset(names)
 
 
-def sanitize(idata: DataTree, model: Model | None = None) -> DataTree:
-    """Strip everything that holds private data from a ``pm.sample`` result.
+def _graph_of(model: Model | None, step: DPStep | None) -> ModelGraph:
+    if step is not None:
+        return step.likelihood.graph
+    try:
+        model = modelcontext(model)
+    except TypeError as err:
+        raise ValueError(
+            "pdp.sanitize needs the model (pass `model=` or call it inside `with model:`) to "
+            "know which deterministics are functions of the private data."
+        ) from err
+    return analyse(model, validate=False)
 
-    Removes the groups ``observed_data``, ``constant_data``, ``log_likelihood`` and
-    ``log_prior``; deterministics computed from the data (for example fitted values
-    ``X @ beta``); and every sample stat that is not a privatised DP-step stat (``lp``, energies,
-    exact clip fractions). Also removes ``warmup_*`` counterparts.
+
+def _clean_dataset(ds, keep: set[str], row_dims: frozenset[str]):
+    ds = ds.drop_vars([v for v in ds.data_vars if v not in keep])
+    # coordinates of a dim that indexes people (names, ids) would publish who is in the data
+    for dim in row_dims & set(ds.dims):
+        ds = ds.assign_coords({dim: np.arange(ds.sizes[dim])})
+    extra = [c for c in ds.coords if c not in ds.dims]
+    ds = ds.drop_vars(extra)
+    ds.attrs = {k: v for k, v in ds.attrs.items() if k in KEPT_GROUP_ATTRS}
+    return ds
+
+
+def sanitize(
+    idata: DataTree, model: Model | None = None, *, step: DPStep | None = None
+) -> DataTree:
+    """Keep only what a DP run may release from a ``pm.sample`` result (a whitelist).
+
+    Kept: the groups ``posterior`` and ``sample_stats`` (and their ``warmup_`` versions); in the
+    posterior, the free variables and the deterministics that read no private data (decided by
+    :func:`pymc_dp.graph.analyse`); in the stats, the DP step's declared privatised stats (only if
+    the stats come from a DP step); the privacy ledger attrs. Coordinates of dims that index people
+    become ``0 .. n-1``; attrs other than software versions (e.g. ``sampling_time``) are dropped.
 
     Parameters
     ----------
@@ -55,30 +94,28 @@ def sanitize(idata: DataTree, model: Model | None = None) -> DataTree:
     model : pm.Model, optional
         The model that produced it (default: the model on the context stack). It tells which
         deterministics read the data.
+    step : DPStep, optional
+        The DP step that produced it: its own declared stats are kept. Without it, stats are kept
+        only if the run was made by a DP step (it emits ``dp_epsilon``), and only those that some
+        DP step declares privatised.
     """
-    try:
-        model = modelcontext(model)
-    except TypeError as err:
-        raise ValueError(
-            "pdp.sanitize needs the model (pass `model=` or call it inside `with model:`) to "
-            "know which deterministics are functions of the private data."
-        ) from err
-    private_dets = set(data_dependent_variables(model))
-    keep_stats = _releasable_stat_names()
-    drop = [g for g in PRIVATE_GROUPS if g in idata.children]
-    drop += [g for g in idata.children if g.startswith("warmup_") and g[7:] in PRIVATE_GROUPS]
-    out = idata.drop_nodes(drop) if drop else idata.copy()
-    for group in _POSTERIOR_GROUPS:
-        if group in out.children:
-            names = [v for v in out[group].data_vars if v in private_dets]
-            if names:
-                out[group] = out[group].to_dataset().drop_vars(names)
-    for group in _STATS_GROUPS:
-        if group in out.children:
-            names = [v for v in out[group].data_vars if v not in keep_stats]
-            if names:
-                out[group] = out[group].to_dataset().drop_vars(names)
-    return out
+    graph = _graph_of(model, step)
+    model = graph.model
+    public = {v.name for v in model.free_RVs}
+    public |= {d.name for d in model.deterministics if d.name not in graph.private_deterministics}
+    groups = {name: idata[name].to_dataset() for name in KEPT_GROUPS if name in idata.children}
+    stats_names: set[str] = set()
+    if step is not None:
+        stats_names = set(step.releasable_stat_names())
+    elif any("dp_epsilon" in ds.data_vars for k, ds in groups.items() if "stats" in k):
+        stats_names = set(_dp_stat_names())
+    out = {}
+    for name, ds in groups.items():
+        keep = stats_names if name.endswith("sample_stats") else public
+        out[name] = _clean_dataset(ds, keep, graph.row_dim_names)
+    tree = DataTree.from_dict(out)
+    tree.attrs = {k: v for k, v in idata.attrs.items() if k.startswith("pymc_dp_")}
+    return tree
 
 
 def sample(
@@ -89,6 +126,7 @@ def sample(
     chains: int | None = None,
     cores: int | None = None,
     random_seed=None,
+    noise_seed: int | None = None,
     model: Model | None = None,
     **kwargs,
 ) -> DataTree:
@@ -99,25 +137,33 @@ def sample(
     draws, tune, chains, cores, random_seed
         As in :func:`pymc.sample`. Tuning iterations are burn-in that spends privacy budget like
         draws; every chain is a separate release, so the budget covers ``chains x (tune + draws)``
-        iterations.
+        iterations. ``random_seed`` reproduces proposals, not the privacy noise.
     step : DPStep
-        A DP step method covering every free variable of the model.
+        One DP step method covering every free variable of the model.
+    noise_seed : int, optional
+        Seed of the privacy noise for this run (default: the step's, normally OS entropy). Only
+        for tests and reproducible research; the ledger records it.
     **kwargs
-        Passed to :func:`pymc.sample` (for example ``progressbar``, ``discard_tuned_samples``).
+        Passed to :func:`pymc.sample` (for example ``progressbar``, ``discard_tuned_samples``,
+        ``initvals``). Options that could store private data are refused.
 
     Returns
     -------
     DataTree
-        Posterior and privatised sample stats only; no ``observed_data`` or ``constant_data``; no
-        deterministic computed from the data. ``attrs`` holds the privacy ledger
+        The whitelisted result of :func:`sanitize`; ``attrs`` holds the privacy ledger
         (``pymc_dp_epsilon``, ``pymc_dp_delta``, ``pymc_dp_accountant``, ``pymc_dp_ledger``).
+
+    Raises
+    ------
+    PrivacyBudgetError
+        Before any data is touched, when the run would overspend.
     """
     model = modelcontext(model)
     if isinstance(step, list | tuple):
         if len(step) != 1:
             raise ValueError(
                 "pdp.sample takes one DP step covering every free variable; several steps would "
-                "each touch the data and the budget would not be split."
+                "each touch the data (and PyMC's would report the exact log-density)."
             )
         step = step[0]
     if not isinstance(step, DPStep):
@@ -125,6 +171,8 @@ def sample(
             f"`step` must be a pymc-dp step (DPPenalty, ...), got {type(step).__name__}: PyMC's "
             "own samplers use the exact likelihood and report it without noise."
         )
+    if step.likelihood.model is not model:
+        raise ValueError("`step` was built for another model than the one sampled.")
     covered = set(step.vars)
     missing = [v.name for v in model.value_vars if v not in covered]
     if missing:
@@ -132,42 +180,63 @@ def sample(
             f"Free variables {missing} are not sampled by the DP step; PyMC would give them NUTS "
             "on the exact likelihood. Refusing to run."
         )
-    for key in ("trace", "idata_kwargs"):
+    for key in ("trace", "idata_kwargs", "callback"):
         if kwargs.get(key):
-            raise ValueError(
-                f"`{key}` is not supported by pdp.sample (it could store private data)."
-            )
+            raise ValueError(f"`{key}` is not supported by pdp.sample (it could see private data).")
+    if kwargs.get("return_inferencedata", True) is not True:
+        raise ValueError(
+            "`return_inferencedata=False` is not supported by pdp.sample: the raw trace holds "
+            "what the whitelist removes. Use the returned DataTree."
+        )
+    kwargs.pop("return_inferencedata", None)
     if cores is None:
         cores = min(4, default_chains())
     if chains is None:
         chains = max(2, cores)
-    step.chains = int(chains)
-    ledger = step.ledger(tune, draws)  # refuses an overspending run before any data is touched
-    step._managed = True
-    private_dets = data_dependent_variables(model, step.likelihood)
+    plan = step.plan(tune=tune, draws=draws, chains=chains)  # refuses before any data is touched
+    if noise_seed is not None:
+        plan = _with_noise_seed(step, plan, noise_seed)
+    graph = step.likelihood.graph
     var_names = [v.name for v in model.free_RVs]
-    var_names += [d.name for d in model.deterministics if d.name not in private_dets]
-    idata = pm.sample(
-        draws=draws,
-        tune=tune,
-        chains=chains,
-        cores=cores,
-        random_seed=random_seed,
-        step=step,
-        model=model,
-        var_names=var_names,
-        **kwargs,
-    )
-    idata = sanitize(idata, model)
-    if not ledger.releasable:
+    var_names += [
+        d.name for d in model.deterministics if d.name not in graph.private_deterministics
+    ]
+    step.use_plan(plan)
+    try:
+        idata = pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            random_seed=random_seed,
+            step=step,
+            model=model,
+            var_names=var_names,
+            **kwargs,
+        )
+    finally:
+        step.use_plan(None)
+    idata = sanitize(idata, model, step=step)
+    if not plan.ledger.releasable:
         warnings.warn(
             "This result was made with diagnostics=True: it holds exact statistics of the private "
             "data and is marked pymc_dp_releasable=0.",
             UserWarning,
             stacklevel=2,
         )
-    idata.attrs.update(ledger.to_attrs())
+    idata.attrs.update(plan.ledger.to_attrs())
     return idata
+
+
+def _with_noise_seed(step: DPStep, plan, noise_seed: int):
+    from dataclasses import replace
+
+    if isinstance(noise_seed, bool) or int(noise_seed) != noise_seed:
+        raise TypeError(f"`noise_seed` must be an integer, got {noise_seed!r}")
+    if plan.exact_noise:
+        raise ValueError("`noise_seed` cannot seed OpenDP's exact samplers: give one or other.")
+    ledger = replace(plan.ledger, noise_seeded=True)
+    return replace(plan, noise_seed=int(noise_seed), ledger=ledger)
 
 
 @dataclass(frozen=True)
@@ -184,6 +253,8 @@ class PrivacyReport:
     releasable: bool
     target_epsilon: float | None = None
     source: str = "ledger"
+    noise_seeded: bool = False
+    delta_rule: str = ""
 
     def __str__(self) -> str:
         lines = [
@@ -195,9 +266,15 @@ class PrivacyReport:
         ]
         if self.target_epsilon is not None:
             lines.append(f"  budget:       epsilon = {self.target_epsilon:.6g}")
+        if self.delta_rule:
+            lines.append(f"  delta:        {self.delta_rule}")
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
         if not self.releasable:
             lines.append("  NOT RELEASABLE: computed with exact diagnostics (diagnostics=True)")
+        if self.noise_seeded:
+            lines.append(
+                "  NOISE SEEDED: noise_seed was given; whoever knows it can remove the noise"
+            )
         if self.source != "ledger":
             lines.append(f"  source:       {self.source}")
         return "\n".join(lines)
@@ -222,8 +299,15 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             mechanisms=tuple(m.describe() + " per chain" for m in ledger.per_chain),
             releasable=ledger.releasable,
             target_epsilon=ledger.target_epsilon,
+            noise_seeded=ledger.noise_seeded,
+            delta_rule=ledger.delta_rule,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
+    if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):
+        raise ValueError(
+            "These stats come from several step methods (a CompoundStep): pymc-dp refuses such "
+            "runs, and their privacy cannot be read back."
+        )
     if stats is None or "dp_epsilon" not in stats.data_vars:
         raise ValueError("No privacy ledger and no DP step stats in this DataTree.")
     releasable = not ({"clip_fraction", "batch_variance"} & set(stats.data_vars))
@@ -233,8 +317,8 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
     mu_chain = stats["dp_mu"].max("draw").values.astype(float)
     delta = float(np.max(stats["dp_delta"].values))
 
-    def eps(mu: float) -> float:  # mu = inf: a testing mode that released exact values
-        return float(gaussian_epsilon(mu, delta)) if np.isfinite(mu) else np.inf
+    def eps(mu: float) -> float:
+        return float(gaussian_epsilon(mu, delta))
 
     return PrivacyReport(
         epsilon=eps(float(mu_chain.sum())),

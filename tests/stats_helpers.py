@@ -65,6 +65,7 @@ def stationary_runs(model, step, starts: np.ndarray, iterations: int, var: str =
                     cores=1,
                     step=step,
                     random_seed=100 + r,
+                    noise_seed=200 + r,
                     initvals={var: start},
                     progressbar=False,
                     compute_convergence_checks=False,

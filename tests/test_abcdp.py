@@ -297,6 +297,7 @@ def test_output_holds_no_private_data(toy):
         "pymc_dp_accountant",
         "pymc_dp_neighbouring",
         "pymc_dp_releasable",
+        "pymc_dp_noise_seeded",
         "pymc_dp_ledger",
     }
     assert set(tree.attrs) == ledger_keys | ABCDP_ATTRS  # no distances, no noisy threshold
@@ -347,13 +348,21 @@ def test_nonprivate_baseline_is_marked_and_sees_the_same_proposals(toy):
     assert tree.attrs["abcdp_proposals_used"] == base.attrs["abcdp_proposals_used"]
 
 
-def test_reproducible_with_random_seed(toy):
-    a, b, c = _run(toy, random_seed=9), _run(toy, random_seed=9), _run(toy, random_seed=10)
+def test_reproducible_with_random_and_noise_seeds(toy):
+    a = _run(toy, random_seed=9, noise_seed=1)
+    b = _run(toy, random_seed=9, noise_seed=1)
+    c = _run(toy, random_seed=10, noise_seed=1)
     np.testing.assert_array_equal(a.posterior["theta"], b.posterior["theta"])
-    assert a.attrs == b.attrs
+    assert a.attrs == b.attrs and a.attrs["pymc_dp_noise_seeded"] == 1
     assert not np.array_equal(a.posterior["theta"], c.posterior["theta"])
+    # random_seed alone reproduces the proposals, not the sparse vector's noise (OS entropy)
+    runs = [_run(toy, random_seed=9, n_accept=3, epsilon=0.05) for _ in range(4)]  # b ~ 0.5
+    used = {r.attrs["abcdp_proposals_used"] for r in runs}
+    assert len(used) > 1 and runs[0].attrs["pymc_dp_noise_seeded"] == 0
     # the same with the per-proposal simulator path and the median-heuristic bandwidth
-    kw = dict(vectorized=False, distance=MMD(n_features=20), random_seed=5, n_proposals=100)
+    kw = dict(
+        vectorized=False, distance=MMD(n_features=20), random_seed=5, noise_seed=2, n_proposals=100
+    )
     d, e = _run(toy, **kw), _run(toy, **kw)
     np.testing.assert_array_equal(d.posterior["theta"], e.posterior["theta"])
     assert d.attrs["abcdp_bandwidth"] == e.attrs["abcdp_bandwidth"] > 0

@@ -377,15 +377,29 @@ def test_validation_messages():
     assert check_epsilon(2) == 2.0 and isinstance(check_epsilon(2), float)
 
 
-@pytest.mark.parametrize("bad_eps", [0.0, -1.0, math.nan, math.inf, "one", None, [1.0]])
-def test_bad_epsilon(bad_eps):
+@pytest.mark.parametrize(
+    "bad_eps, error",
+    [
+        (0.0, ValueError),
+        (-1.0, ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        ("one", TypeError),
+        ("1", TypeError),  # float("1") would accept it: a string is a bug, not a budget
+        (True, TypeError),
+        (None, TypeError),
+        ([1.0], TypeError),
+        (1 + 0j, TypeError),
+    ],
+)
+def test_bad_epsilon(bad_eps, error):
     for call in (
         lambda: gaussian_mu_for_budget(bad_eps, DELTA),
         lambda: noise_multiplier_for_budget(bad_eps, DELTA, 10),
         lambda: max_releases(3.0, bad_eps, DELTA),
         lambda: max_iterations(0.01, bad_eps, DELTA),
     ):
-        with pytest.raises(ValueError, match="epsilon"):
+        with pytest.raises(error, match="epsilon"):
             call()
 
 

@@ -160,11 +160,12 @@ def test_scalar_sample_is_fast(dist):
 
 @pytest.mark.parametrize("C", [0, -1.0, math.pi**2 / 3, 4.0, math.nan, math.inf, None, [2.0]])
 def test_bad_C_raises(C):
-    with pytest.raises(ValueError, match="`C`"):
+    error = TypeError if C is None or isinstance(C, list) else ValueError
+    with pytest.raises(error, match="`C`"):
         fit_correction(C)
-    with pytest.raises(ValueError, match="`C`"):
+    with pytest.raises(error, match="`C`"):
         load_correction(C)
-    with pytest.raises(ValueError, match="`C`"):
+    with pytest.raises(error, match="`C`"):
         CorrectionDistribution(C=C, means=[0.0], weights=[1.0], variances=[0.0])
 
 

@@ -7,10 +7,12 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from pymc.step_methods.hmc.quadpotential import QuadPotentialFullInv
 from stats_helpers import check_moments, check_moments_between_runs
 
 import pymc_dp as pdp
 from pymc_dp.evaluation import mmd
+from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.hmc import randomized_halton
 
 
@@ -41,8 +43,11 @@ def test_penalty_thesis_iteration_counts(easy_banana_model):
 def test_calibration_splits_budget_and_matches_epsilon(easy_banana_model):
     with easy_banana_model:
         step = _hmc(epsilon=4.0, delta=1e-6, chains=2, grad_noise_ratio=3.0)
-    s = step.noise_multipliers(300)
-    assert s["gradient"] == pytest.approx(3.0 * s["log-likelihood ratio"])
+    plan = step.plan(tune=100, draws=200)
+    s = {"log-likelihood ratio": plan.scale, "gradient": 3.0 * plan.scale}
+    assert [m.noise_multiplier for m in plan.ledger.per_chain] == pytest.approx(
+        [s["log-likelihood ratio"], s["gradient"]]
+    )
     ledger = step.ledger(100, 200)
     assert ledger.epsilon == pytest.approx(4.0, rel=1e-6) and ledger.epsilon <= 4.0
     assert ledger.per_chain[1].count == 300 * 11  # L + 1 gradient releases per iteration
@@ -59,19 +64,37 @@ def test_randomized_halton_is_uniform_and_spread():
     assert not np.allclose(h, randomized_halton(1024, np.random.default_rng(1)))
 
 
+class _NoNoise(NoiseSource):
+    """Testing only: releases values unchanged."""
+
+    def gaussian(self, value, sensitivity, noise_multiplier):
+        return value
+
+    @staticmethod
+    def gaussian_std(sensitivity, noise_multiplier, dim=1):
+        return 0.0
+
+
+class NonPrivateHMC(pdp.DPHMC):
+    """The reference sampler of the tests: DPHMC's trajectory and test without noise or
+    clipping, i.e. plain HMC on the exact likelihood. Nothing it returns is private."""
+
+    def __init__(self, **kwargs):
+        super().__init__(noise_multiplier=1.0, llr_clip=1e300, grad_clip=1e300, **kwargs)
+
+    def _reset_chain(self):
+        super()._reset_chain()
+        self._noise = _NoNoise(0)
+
+
 @pytest.mark.slow
-def test_nonprivate_mode_is_plain_hmc(gaussian_banana, gaussian_model):
+def test_without_noise_dphmc_is_plain_hmc(gaussian_banana, gaussian_model):
+    """With the noise and the clipping switched off, DPHMC's leapfrog and test sample the exact
+    posterior: the mechanics under the noise are right."""
     mean, var = gaussian_banana.posterior_params()
     with gaussian_model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pdp.DPHMC(
-            step_size=0.4,
-            n_steps=5,
-            llr_clip=1.0,
-            grad_clip=1.0,
-            mass_matrix=1 / var,
-            _nonprivate=True,
-        )
+        step = NonPrivateHMC(step_size=0.4, n_steps=5, mass_matrix=1 / var)
         idata = pm.sample(
             draws=1500,
             tune=200,
@@ -82,11 +105,8 @@ def test_nonprivate_mode_is_plain_hmc(gaussian_banana, gaussian_model):
             progressbar=False,
             compute_convergence_checks=False,
         )
-        with pytest.raises(ValueError, match="testing mode"):
-            pdp.sample(draws=10, step=step)
     assert idata.sample_stats["accepted"].mean() > 0.9  # exact HMC: only leapfrog error rejects
     check_moments(idata.posterior["theta"].values, mean, np.sqrt(var))
-    assert not pdp.privacy_report(idata).releasable
 
 
 def _stationary_runs(model, make_step, starts, iterations):
@@ -105,6 +125,7 @@ def _stationary_runs(model, make_step, starts, iterations):
                 cores=1,
                 step=step,
                 random_seed=100 + r,
+                noise_seed=100 + r,
                 initvals={"theta": start},
                 progressbar=False,
                 compute_convergence_checks=False,
@@ -125,7 +146,7 @@ def test_easy_banana_at_epsilon_4(easy_banana, easy_banana_model):
         return _hmc(epsilon=4.0, delta=0.1 / n, chains=1)
 
     with easy_banana_model:
-        noise = make_step().noise_multipliers(416)["log-likelihood ratio"]
+        noise = make_step().plan(tune=0, draws=416).scale
     assert noise == pytest.approx(0.1 * np.sqrt(n), rel=2e-3)  # 416 = the maximum at tau_l 0.1
     runs, idatas = _stationary_runs(
         easy_banana_model, make_step, easy_banana.exact_posterior(8, rng), 416
@@ -189,7 +210,14 @@ def test_reproducible(gaussian_model, cores):
         for c in (1, cores):
             step = _hmc(epsilon=20.0, delta=1e-6, step_size=0.01, llr_clip=5.0, grad_clip=5.0)
             idata = pdp.sample(
-                draws=40, tune=10, chains=2, cores=c, step=step, random_seed=9, progressbar=False
+                draws=40,
+                tune=10,
+                chains=2,
+                cores=c,
+                step=step,
+                random_seed=9,
+                noise_seed=3,
+                progressbar=False,
             )
             out.append(idata)
     np.testing.assert_array_equal(out[0].posterior["theta"], out[1].posterior["theta"])
@@ -202,7 +230,14 @@ def test_contract_stats_and_divergences(gaussian_model):
     with gaussian_model:
         step = _hmc(epsilon=5.0, delta=1e-6, step_size=50.0, llr_clip=5.0, grad_clip=5.0)
         idata = pdp.sample(
-            draws=30, tune=0, chains=1, cores=1, step=step, random_seed=0, progressbar=False
+            draws=30,
+            tune=0,
+            chains=1,
+            cores=1,
+            step=step,
+            random_seed=0,
+            noise_seed=0,
+            progressbar=False,
         )
     stats = idata.sample_stats
     assert set(stats.data_vars) == {
@@ -265,4 +300,4 @@ class TestArguments:
     def test_dense_mass_matrix(self, gaussian_model):
         with gaussian_model:
             step = _hmc(epsilon=1.0, mass_matrix=np.array([[2.0, 0.5], [0.5, 1.0]]))
-        assert step._m_chol is not None
+        assert isinstance(step.potential, QuadPotentialFullInv)  # PyMC's own potential

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -35,7 +37,14 @@ def test_recovers_gaussian_posterior_at_large_epsilon(
             epsilon=5000.0, delta=1e-6, llr_clip=5.0, proposal_scale=scale, proposal=proposal
         )
         idata = pdp.sample(
-            draws=6000, tune=1000, chains=4, cores=1, step=step, random_seed=3, progressbar=False
+            draws=6000,
+            tune=1000,
+            chains=4,
+            cores=1,
+            step=step,
+            random_seed=3,
+            noise_seed=3,
+            progressbar=False,
         )
     assert pdp.privacy_report(idata).epsilon == pytest.approx(5000.0, rel=1e-6)
     check_moments(_draws(idata), mean, np.sqrt(var))
@@ -73,7 +82,14 @@ def test_acceptance_drops_with_epsilon_as_the_penalty_predicts(gaussian_banana, 
         for s in (0.3, 3.0, 8.0):  # noise multipliers, i.e. decreasing epsilon
             step = pdp.DPPenalty(noise_multiplier=s, llr_clip=5.0, proposal_scale=RW_SCALE)
             idata = pdp.sample(
-                draws=2000, tune=300, chains=2, cores=1, step=step, random_seed=5, progressbar=False
+                draws=2000,
+                tune=300,
+                chains=2,
+                cores=1,
+                step=step,
+                random_seed=5,
+                noise_seed=5,
+                progressbar=False,
             )
             acc = idata.sample_stats["accepted"].values.astype(float)
             observed, se_obs = acc.mean(), _batch_means_se(acc)
@@ -97,7 +113,14 @@ class TestBudget:
         with gaussian_model:
             step = pdp.DPPenalty(epsilon=2.0, delta=1e-6, llr_clip=2.0, proposal_scale=RW_SCALE)
             idata = pdp.sample(
-                draws=200, tune=100, chains=3, cores=1, step=step, random_seed=1, progressbar=False
+                draws=200,
+                tune=100,
+                chains=3,
+                cores=1,
+                step=step,
+                random_seed=1,
+                noise_seed=1,
+                progressbar=False,
             )
         report = pdp.privacy_report(idata)
         assert report.epsilon == pytest.approx(2.0, rel=1e-6)
@@ -119,7 +142,14 @@ class TestBudget:
                 noise_multiplier=30.0, delta=1e-6, llr_clip=2.0, proposal_scale=0.01
             )
             idata = pdp.sample(
-                draws=30, tune=20, chains=1, cores=1, step=step, random_seed=1, progressbar=False
+                draws=30,
+                tune=20,
+                chains=1,
+                cores=1,
+                step=step,
+                random_seed=1,
+                noise_seed=1,
+                progressbar=False,
             )
         # REFERENCES.md: 50 releases at noise multiplier 30 spend eps = 0.99544 at delta 1e-6
         assert pdp.privacy_report(idata).epsilon == pytest.approx(0.99544, abs=5e-6)
@@ -142,20 +172,36 @@ class TestBudget:
         assert calls == []
         step.setup_chain(np.random.default_rng(0), 0, 50)  # exactly affordable
 
-    def test_more_chains_than_calibrated_is_reported_truthfully(self, gaussian_model):
+    @pytest.mark.parametrize("cores", [1, 2])
+    def test_more_chains_than_calibrated_are_refused(self, gaussian_model, cores):
+        """Plain pm.sample(chains=2) with a step calibrated for 1 chain would spend 1.4x the
+        budget: the second chain is refused in setup_chain, before it reads data."""
         with gaussian_model:
             step = pdp.DPPenalty(
                 epsilon=1.0, delta=1e-6, chains=1, llr_clip=2.0, proposal_scale=RW_SCALE
             )
-            with pytest.warns(UserWarning, match="observed_data"):
+            with (
+                warnings.catch_warnings(),
+                pytest.raises(Exception, match="Chain 2 of a run .* calibrated for 1 chains"),
+            ):
+                warnings.simplefilter("ignore")
+                pm.sample(
+                    draws=50,
+                    tune=0,
+                    chains=2,
+                    cores=cores,
+                    step=step,
+                    progressbar=False,
+                    random_seed=2,
+                )
+            # one chain is within budget, and its report tells the truth
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 idata = pm.sample(
-                    draws=50, tune=0, chains=2, cores=1, step=step, progressbar=False, random_seed=2
+                    draws=50, tune=0, chains=1, step=step, progressbar=False, random_seed=2
                 )
         report = pdp.privacy_report(idata)
-        assert report.epsilon_per_chain == pytest.approx((1.0, 1.0), rel=1e-6)
-        s = step.noise_multipliers(50)["log-likelihood ratio"]
-        assert report.epsilon == pytest.approx(gaussian_epsilon(100 / (2 * s**2), 1e-6), rel=1e-9)
-        assert report.epsilon > 1.3
+        assert report.epsilon == pytest.approx(1.0, rel=1e-6)
 
 
 @pytest.mark.parametrize("proposal", ["random_walk", "gwmh"])
@@ -174,6 +220,7 @@ def test_same_seed_same_draws_any_cores(gaussian_model, proposal):
                     cores=cores,
                     step=step,
                     random_seed=42,
+                    noise_seed=7,
                     progressbar=False,
                 )
             )
@@ -216,7 +263,10 @@ class TestArguments:
             with pytest.raises(ValueError, match="chains"):
                 pdp.DPPenalty(epsilon=1.0, llr_clip=1.0, proposal_scale=0.1, chains=0)
 
-    def test_default_delta_is_a_tenth_over_n(self, gaussian_model, gaussian_banana):
+    def test_default_delta(self, gaussian_model, gaussian_banana):
+        """min(1e-6, 1 / (10 n)): 1e-6 at n = 1e4 (1 / (10 n) would be 1e-5)."""
         with gaussian_model:
             step = pdp.DPPenalty(epsilon=1.0, llr_clip=1.0, proposal_scale=0.1)
-        assert step.delta == pytest.approx(0.1 / gaussian_banana.n)
+        assert gaussian_banana.n == 10_000
+        assert step.delta == 1e-6
+        assert "min(1e-6, 1 / (10 n))" in step.ledger(0, 10).delta_rule

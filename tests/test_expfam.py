@@ -30,7 +30,7 @@ from pymc_dp.expfam import (
 )
 from pymc_dp.expfam._random import inverse_gaussian, truncated_normal
 from pymc_dp.expfam.release import RELEASE_ATTR, release_statistic
-from pymc_dp.sampling import PRIVATE_GROUPS
+from pymc_dp.noise import NoiseSource
 
 SEED = 2018
 
@@ -151,8 +151,8 @@ def test_sensitivity_is_the_replace_one_maximum(family, sensitivity):
 def test_release_adds_independent_laplace_noise_per_component():
     fam = Multinomial(categories=3)
     s = np.array([400.0, 350.0, 250.0])
-    rng = np.random.default_rng(SEED)
-    noise = np.array([release_statistic(s, 1000, fam, 0.5, rng).y - s for _ in range(4000)])
+    source = NoiseSource(SEED)
+    noise = np.array([release_statistic(s, 1000, fam, 0.5, source).y - s for _ in range(4000)])
     scale = fam.sensitivity / 0.5
     for j in range(3):
         assert stats.kstest(noise[:, j], "laplace", args=(0, scale)).pvalue > 1e-3
@@ -163,7 +163,7 @@ def test_release_adds_independent_laplace_noise_per_component():
 
 def test_release_record_and_ledger():
     x = np.r_[np.zeros(600), np.ones(400)]
-    rel = expfam.release(x, "bernoulli", epsilon=0.5, random_seed=SEED)
+    rel = expfam.release(x, "bernoulli", epsilon=0.5, noise_seed=SEED)
     assert rel.n == 1000 and rel.epsilon == 0.5 and rel.sensitivity == 1.0
     assert rel.bounds is None and rel.scale == 2.0 and "Laplace" in rel.mechanism
     assert abs(rel.y[0] - 400) < 40  # 20 Laplace scales
@@ -172,22 +172,22 @@ def test_release_record_and_ledger():
     again = NoisyStatistic.from_json(rel.to_json())
     assert again.y.tolist() == rel.y.tolist() and again.family == rel.family
     assert rel.ledger.epsilon == 0.5 and rel.ledger.delta == 0.0
-    assert expfam.release(x, "bernoulli", 0.5, random_seed=SEED).y[0] == rel.y[0]
-    assert expfam.release(x, "bernoulli", 0.5, random_seed=SEED + 1).y[0] != rel.y[0]
+    assert expfam.release(x, "bernoulli", 0.5, noise_seed=SEED).y[0] == rel.y[0]
+    assert expfam.release(x, "bernoulli", 0.5, noise_seed=SEED + 1).y[0] != rel.y[0]
     record = rel.to_dict()
     record["sensitivity"] = 0.5  # a record cannot under-state the sensitivity
     with pytest.raises(ValueError, match="sensitivity"):
         NoisyStatistic.from_dict(record)
-    exp_rel = expfam.release([0.2, 0.7, 3.0], "exponential", 1.0, bounds=(0, 1), random_seed=1)
+    exp_rel = expfam.release([0.2, 0.7, 3.0], "exponential", 1.0, bounds=(0, 1), noise_seed=1)
     assert json.loads(exp_rel.to_json())["bounds"] == [0.0, 1.0]
 
 
 def test_truncation_redacts_records_outside_the_bounds():
     x = np.array([0.1, 0.5, 0.99, 1.0, 1.5, 7.0])
-    rel = expfam.release(x, "exponential", epsilon=1e9, bounds=(0, 1), random_seed=SEED)
+    rel = expfam.release(x, "exponential", epsilon=1e9, bounds=(0, 1), noise_seed=SEED)
     assert rel.y[0] == pytest.approx(0.1 + 0.5 + 0.99 + 1.0, abs=1e-6)
     counts = [0, 3, 9, 4, 12]
-    rel = expfam.release(counts, "poisson", epsilon=1e9, bounds=(2, 10), random_seed=SEED)
+    rel = expfam.release(counts, "poisson", epsilon=1e9, bounds=(2, 10), noise_seed=SEED)
     assert rel.y[0] == pytest.approx(3 + 9 + 4, abs=1e-6)
     rel = expfam.release([-3.0, 0.5, 2.5], "normal", epsilon=1e9, bounds=(-1, 2))
     assert rel.y[0] == pytest.approx(0.5, abs=1e-6)
@@ -442,7 +442,7 @@ def test_sample_returns_a_private_datatree(bernoulli_data):
     model = _beta_binomial_model(x)
     idata = expfam.sample(model, epsilon=0.1, draws=300, tune=100, chains=3, random_seed=SEED)
     assert set(idata.children) == {"posterior", "sample_stats"}
-    assert not set(idata.children) & set(PRIVATE_GROUPS)
+    assert not set(idata.children) & {"observed_data", "constant_data", "log_likelihood"}
     assert set(idata.posterior.data_vars) == {"p", "odds"}
     assert idata.posterior["p"].shape == (3, 300)
     np.testing.assert_allclose(
@@ -472,7 +472,7 @@ def test_epsilon_does_not_grow_with_draws_or_chains(bernoulli_data):
         assert pdp.privacy_report(idata).epsilon == pytest.approx(0.3)
         assert idata.attrs["pymc_dp_epsilon"] == pytest.approx(0.3)
     assert small.attrs["pymc_dp_ledger"] == large.attrs["pymc_dp_ledger"]
-    rel = expfam.release(bernoulli_data, "bernoulli", 0.7, random_seed=2)
+    rel = expfam.release(bernoulli_data, "bernoulli", 0.7, noise_seed=2)
     idata = expfam.sample(_beta_binomial_model(observed=False), released=rel, chains=6)
     assert pdp.privacy_report(idata).epsilon == pytest.approx(0.7)
 
@@ -509,13 +509,19 @@ def test_modeler_without_data_reproduces_the_data_owner_run(bernoulli_data):
     np.testing.assert_array_equal(bare.posterior["p"], owner.posterior["p"])
 
 
-def test_sample_is_reproducible(bernoulli_data):
+def test_sample_is_reproducible_only_with_a_noise_seed(bernoulli_data):
     model = _beta_binomial_model(bernoulli_data)
-    a = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5)
-    b = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5)
-    c = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=6)
+    a = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5, noise_seed=5)
+    b = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5, noise_seed=5)
+    c = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5, noise_seed=6)
     np.testing.assert_array_equal(a.posterior["p"], b.posterior["p"])
     assert a.attrs[RELEASE_ATTR] == b.attrs[RELEASE_ATTR] != c.attrs[RELEASE_ATTR]
+    assert pdp.privacy_report(a).noise_seeded
+    # random_seed alone reproduces the chains, never the release noise (OS entropy)
+    d = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5)
+    e = expfam.sample(model, epsilon=0.1, draws=50, tune=10, random_seed=5)
+    assert d.attrs[RELEASE_ATTR] != e.attrs[RELEASE_ATTR]
+    assert not pdp.privacy_report(d).noise_seeded
 
 
 def _models():
@@ -611,7 +617,7 @@ def test_unsupported_models_are_refused():
 
 def test_sample_argument_errors(bernoulli_data):
     model = _beta_binomial_model(bernoulli_data)
-    rel = expfam.release(bernoulli_data, "bernoulli", 1.0, random_seed=1)
+    rel = expfam.release(bernoulli_data, "bernoulli", 1.0, noise_seed=1)
     with pytest.raises(ValueError, match="not both"):
         expfam.sample(model, released=rel, epsilon=1.0)
     with pytest.raises(ValueError, match="`epsilon`"):
@@ -635,7 +641,7 @@ def test_sample_argument_errors(bernoulli_data):
 
 def test_truncated_model_from_release_and_naive_label():
     x = np.random.default_rng(SEED).exponential(0.25, size=1000)
-    rel = expfam.release(x, "exponential", epsilon=0.5, bounds=(0, 1), random_seed=SEED)
+    rel = expfam.release(x, "exponential", epsilon=0.5, bounds=(0, 1), noise_seed=SEED)
     with pm.Model() as model:
         lam = pm.Gamma("lam", 8, 2)
         pm.Exponential("x", lam)  # the modeler has no data
@@ -649,7 +655,7 @@ def test_truncated_model_from_release_and_naive_label():
     assert "sample_stats" not in naive.children
     # the normal family: a release made without sigma takes the model's
     xn = np.random.default_rng(1).normal(1.0, 2.0, size=500)
-    reln = expfam.release(xn, "normal", epsilon=1.0, bounds=(-5, 7), random_seed=1)
+    reln = expfam.release(xn, "normal", epsilon=1.0, bounds=(-5, 7), noise_seed=1)
     with pm.Model() as normal_model:
         mu = pm.Normal("mu", 0, 10)
         pm.Normal("x", mu, 2.0)

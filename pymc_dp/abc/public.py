@@ -18,11 +18,11 @@ from pymc.distributions.simulator import SimulatorRV
 from pymc.model import Model
 from pymc.pytensorf import reseed_rngs
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.basic import Variable
 from pytensor.tensor.random.type import RandomGeneratorType
-from pytensor.tensor.type import TensorType
 from pytensor.tensor.type_other import NoneTypeT
+
+from pymc_dp.graph import analyse_simulator
 
 __all__ = ["SimulatorModel", "PriorSampler", "simulator_model", "simulate"]
 
@@ -56,25 +56,6 @@ def _data_value(var: Variable) -> np.ndarray:
     if isinstance(var, SharedVariable):
         return np.asarray(var.get_value(borrow=True))
     return np.asarray(var.data)
-
-
-def _private_inputs(outputs: list[Variable], private: set[Variable], n: int) -> list[str]:
-    """Private nodes that ``outputs`` read: the observed variable or value, or a constant /
-    ``pm.Data`` whose leading axis has the row count n (a per-row input, as in
-    :class:`pymc_dp.PerRowLikelihood`)."""
-    found = []
-    for var in ancestors(outputs):
-        if var in private:
-            found.append(var.name or str(var))
-        elif (
-            var.owner is None
-            and isinstance(var, Constant | SharedVariable)
-            and isinstance(var.type, TensorType)
-            and var.type.ndim >= 1
-            and _data_value(var).shape[0] == n
-        ):
-            found.append(var.name or f"a constant of shape {_data_value(var).shape}")
-    return found
 
 
 def simulator_model(model: Model) -> SimulatorModel:
@@ -130,17 +111,17 @@ def simulator_model(model: Model) -> SimulatorModel:
     size = op.size_param(rv.owner)
     size = None if isinstance(size.type, NoneTypeT) else size
 
-    private = {rv, value}
+    graph = analyse_simulator(model, rv)  # the one rule for what is private (pymc_dp.graph)
     free = list(model.free_RVs)
-    reads = _private_inputs([*free, *params, *([size] if size is not None else [])], private, n)
+    reads = graph.private_reads([*free, *params, *([size] if size is not None else [])])
     if reads:
         raise ValueError(
-            f"The prior or the inputs of the simulator `{rv.name}` read {sorted(set(reads))}, "
-            f"which look like private data (the observed variable, or an array with n = {n} "
-            "rows). The simulation stage of ABCDP must be public. If such an input is public "
-            "(e.g. a time grid), build it into the simulator function instead."
+            f"The prior or the inputs of the simulator `{rv.name}` read {reads}, which are "
+            f"private data (the observed variable, or data with rows of its n = {n} people). "
+            "The simulation stage of ABCDP must be public. If such an input is public (e.g. a "
+            "time grid), build it into the simulator function instead."
         )
-    dets = [d for d in model.deterministics if not _private_inputs([d], private, n)]
+    dets = [d for d in model.deterministics if d.name not in graph.private_deterministics]
     outputs = [*free, *dets]
     return SimulatorModel(
         model=model,

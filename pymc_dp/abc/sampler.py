@@ -23,12 +23,13 @@ from pymc_dp.abc.public import PriorSampler, SimulatorModel, simulate, simulator
 from pymc_dp.abc.svt import SparseVector, noise_scale
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
+from pymc_dp.noise import NoiseSource
 
 __all__ = ["prior_predictive_distances", "sample_abcdp", "sample_abc_nonprivate"]
 
-# Independent streams spawned from ``random_seed``: the proposals do not depend on whether the
-# bandwidth was given, and the SVT outcome does not depend on the batch size.
-_PRIOR, _SIMULATOR, _PILOT_PRIOR, _PILOT_SIMULATOR, _DISTANCE, _THRESHOLD, _QUERY = range(7)
+# Independent public streams spawned from ``random_seed``: the proposals do not depend on whether
+# the bandwidth was given. The privacy noise is secret (pymc_dp.noise).
+_PRIOR, _SIMULATOR, _PILOT_PRIOR, _PILOT_SIMULATOR, _DISTANCE = range(5)
 
 
 def sample_abcdp(
@@ -43,6 +44,7 @@ def sample_abcdp(
     vectorized: bool = False,
     batch_size: int = 100,
     random_seed: Any = None,
+    noise_seed: int | None = None,
     progressbar: bool = True,
 ) -> DataTree:
     """Draw differentially private posterior samples of a ``pm.Simulator`` model (ABCDP).
@@ -90,8 +92,11 @@ def sample_abcdp(
     batch_size : int, default 100
         Proposals simulated per batch.
     random_seed : int, sequence of int, SeedSequence or Generator, optional
-        Seeds every source of randomness (prior, simulator, random features, Laplace noise); the
-        same seed gives the same result bit for bit.
+        Seeds the public stage (prior, simulator, random features): the same seed gives the same
+        proposals. It does not seed the privacy noise.
+    noise_seed : int, optional
+        Seed of the Laplace noise of the sparse vector technique. Default: OS entropy, which
+        nobody can reproduce; a seed (tests, reproducible research) is recorded in the ledger.
     progressbar : bool, default True
         Show a progress bar over the proposals (the simulation is the long part).
 
@@ -108,9 +113,8 @@ def sample_abcdp(
 
     Notes
     -----
-    ``random_seed`` also seeds the Laplace noise, so that a run can be reproduced bit for bit.
-    Whoever knows the seed can subtract the noise: keep the seed of a published run secret (or
-    leave it ``None``).
+    Only the accept decisions leave the sparse vector technique, so the floating-point Laplace
+    draws carry no low-order bits into the output.
 
     References
     ----------
@@ -134,11 +138,19 @@ def sample_abcdp(
         chains=1,
         delta=0.0,
         target_epsilon=epsilon,
+        noise_seeded=noise_seed is not None,
     )
     attrs = {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
+    noise = _noise_streams(noise_seed)
     return _run(
-        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar
+        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar, noise
     )
+
+
+def _noise_streams(noise_seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
+    """Secret generators of the threshold and the query noise (separate: the SVT outcome does
+    not depend on how the proposals are batched)."""
+    return tuple(NoiseSource.for_chain(noise_seed, k).generator for k in range(2))
 
 
 def sample_abc_nonprivate(
@@ -174,7 +186,10 @@ def sample_abc_nonprivate(
         "pymc_dp_releasable": 0,
         "abc_not_private": "rejection ABC without noise: NOT differentially private",
     }
-    return _run(spec, distance, 0.0, False, args, attrs, vectorized, random_seed, progressbar)
+    noise = _noise_streams(0)  # unused: b = 0 draws no noise
+    return _run(
+        spec, distance, 0.0, False, args, attrs, vectorized, random_seed, progressbar, noise
+    )
 
 
 def _setup(
@@ -247,7 +262,7 @@ def prior_predictive_distances(
     """
     n_pairs = check_count(n_pairs, "n_pairs", minimum=1)
     spec, distance, _ = _setup(model, 1.0, 1, 1, distance, 1)
-    streams = np.random.default_rng(random_seed).spawn(7)
+    streams = np.random.default_rng(random_seed).spawn(5)
     prior, distance = _public_setup(spec, distance, streams, vectorized)
     _, params, size = prior.draw(2 * n_pairs)
     ys = simulate(spec, params, size, streams[_SIMULATOR], vectorized)
@@ -266,11 +281,12 @@ def _run(
     vectorized: bool,
     random_seed: Any,
     progressbar: bool,
+    noise: tuple[np.random.Generator, np.random.Generator],
 ) -> DataTree:
-    streams = np.random.default_rng(random_seed).spawn(7)
+    streams = np.random.default_rng(random_seed).spawn(5)
     prior, distance = _public_setup(spec, distance, streams, vectorized)
     c, total, batch = args["n_accept"], args["n_proposals"], args["batch_size"]
-    svt = SparseVector(args["threshold"], b, c, resample, streams[_THRESHOLD], streams[_QUERY])
+    svt = SparseVector(args["threshold"], b, c, resample, *noise)
     rho = distance.against(spec.observed)  # the only reader of the private data
     accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
     shapes: dict[str, tuple[int, ...]] = {}

@@ -24,13 +24,17 @@ __all__ = [
 
 
 def _as_float(x: Any, name: str) -> float:
-    """Convert a scalar to float, or raise a ValueError naming ``name``."""
-    if isinstance(x, bool | np.bool_) or np.ndim(x) != 0:
-        raise ValueError(f"`{name}` must be a real number, got {x!r}")
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a real number, got {x!r}") from None
+    """Convert a real scalar to float, or raise a TypeError naming ``name``.
+
+    Strings, booleans, complex numbers and arrays are refused even where ``float()`` would take
+    them: ``epsilon="1"`` or ``epsilon=True`` is a bug in the caller, not a budget.
+    """
+    real = isinstance(x, numbers.Real) or (isinstance(x, np.ndarray) and x.ndim == 0)
+    if isinstance(x, bool | np.bool_) or not real or np.ndim(x) != 0:
+        raise TypeError(f"`{name}` must be a real number, got {type(x).__name__} {x!r}")
+    if isinstance(x, np.ndarray) and not np.issubdtype(x.dtype, np.number):
+        raise TypeError(f"`{name}` must be a real number, got {x!r}")
+    return float(x)
 
 
 def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
@@ -50,8 +54,10 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
 
     Raises
     ------
+    TypeError
+        If ``epsilon`` is not a real number (a string, a bool, an array).
     ValueError
-        If ``epsilon`` is not a finite number > 0 (NaN and inf included).
+        If ``epsilon`` is not finite and > 0 (NaN and inf included).
     """
     return check_positive(epsilon, name)
 
@@ -182,8 +188,8 @@ def check_count(x: Any, name: str, minimum: int = 0) -> int:
     ValueError
         If ``x`` is not an integer >= ``minimum``.
     """
-    if isinstance(x, bool | np.bool_) or np.ndim(x) != 0:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {x!r}")
+    if isinstance(x, bool | np.bool_) or np.ndim(x) != 0 or isinstance(x, str):
+        raise TypeError(f"`{name}` must be an integer >= {minimum}, got {x!r}")
     if isinstance(x, numbers.Integral):
         value = int(x)
     else:

@@ -247,6 +247,14 @@ class PrivacyLedger:
         Budget the run was calibrated to or checked against, if any.
     releasable : bool
         False when the run computed unprivatised diagnostics.
+    noise_seeded : bool
+        True when the privacy noise was drawn from a seed the user gave (``noise_seed``): whoever
+        knows the seed can subtract the noise: publish such a result only if the seed stays
+        secret.
+    exact_noise : bool
+        Whether the integer noise of snapped releases came from OpenDP's exact samplers.
+    delta_rule : str
+        How ``delta`` was chosen (e.g. the default rule), for the record.
     """
 
     sampler: str
@@ -258,6 +266,9 @@ class PrivacyLedger:
     neighbouring: str = "replace-one (substitution) of one row; n is public"
     unit: str = "one row of the observed data (one person)"
     accountant: str = ""
+    noise_seeded: bool = False
+    exact_noise: bool = False
+    delta_rule: str = ""
 
     def __post_init__(self) -> None:
         if self.chains < 1:
@@ -377,6 +388,7 @@ class PrivacyLedger:
             "pymc_dp_accountant": self.accountant,
             "pymc_dp_neighbouring": self.neighbouring,
             "pymc_dp_releasable": int(self.releasable),
+            "pymc_dp_noise_seeded": int(self.noise_seeded),
             LEDGER_ATTR: json.dumps(record),
         }
 

@@ -20,8 +20,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from pymc_dp.accounting._validate import check_count, check_epsilon
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
-from pymc_dp.expfam._random import laplace
 from pymc_dp.expfam.families import Family, family_from_dict, get_family
+from pymc_dp.noise import NoiseSource
 
 __all__ = ["NoisyStatistic", "release"]
 
@@ -54,6 +54,7 @@ class NoisyStatistic:
     sensitivity: float
     family: Family
     mechanism: str = field(default="")
+    noise_seeded: bool = False
 
     def __post_init__(self) -> None:
         y = np.array(self.y, dtype=np.float64).reshape(-1)
@@ -78,7 +79,7 @@ class NoisyStatistic:
                 "mechanism",
                 f"Laplace mechanism, independent noise of scale {self.scale:.6g} "
                 f"(= L1 sensitivity {self.sensitivity:.6g} / epsilon) on each of "
-                f"{self.family.dim} component(s)",
+                f"{self.family.dim} component(s), snapped to a grid of scale / 2^20",
             )
 
     @property
@@ -105,6 +106,7 @@ class NoisyStatistic:
             chains=1,
             delta=0.0,
             target_epsilon=self.epsilon,
+            noise_seeded=self.noise_seeded,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,6 +119,7 @@ class NoisyStatistic:
             "family": self.family.to_dict(),
             "bounds": None if self.bounds is None else list(self.bounds),
             "mechanism": self.mechanism,
+            "noise_seeded": self.noise_seeded,
         }
 
     def to_json(self) -> str:
@@ -132,6 +135,7 @@ class NoisyStatistic:
             sensitivity=record["sensitivity"],
             family=family_from_dict(record["family"]),
             mechanism=record.get("mechanism", ""),
+            noise_seeded=bool(record.get("noise_seeded", False)),
         )
 
     @classmethod
@@ -147,13 +151,21 @@ class NoisyStatistic:
 
 
 def release_statistic(
-    s: ArrayLike, n: int, family: Family, epsilon: float, rng: np.random.Generator
+    s: ArrayLike, n: int, family: Family, epsilon: float, noise: NoiseSource
 ) -> NoisyStatistic:
-    """Laplace release of an exact statistic ``s`` of ``n`` records (no checks of ``s``)."""
+    """Laplace release of an exact statistic ``s`` of ``n`` records (no checks of ``s``), snapped
+    (:mod:`pymc_dp.noise`) with secret noise."""
     epsilon = check_epsilon(epsilon)
     s = np.asarray(s, dtype=np.float64).reshape(family.dim)
-    y = s + laplace(rng, family.sensitivity / epsilon, s.shape)
-    return NoisyStatistic(y=y, n=n, epsilon=epsilon, sensitivity=family.sensitivity, family=family)
+    y = noise.laplace_release(s, family.sensitivity, epsilon)
+    return NoisyStatistic(
+        y=y,
+        n=n,
+        epsilon=epsilon,
+        sensitivity=family.sensitivity,
+        family=family,
+        noise_seeded=noise.seeded,
+    )
 
 
 def release(
@@ -162,7 +174,8 @@ def release(
     epsilon: float,
     bounds: tuple[float, float] | None = None,
     *,
-    random_seed: int | np.random.Generator | None = None,
+    noise_seed: int | None = None,
+    exact_noise: bool = False,
     trials: int | None = None,
     categories: int | None = None,
     sigma: float | None = None,
@@ -187,8 +200,12 @@ def release(
         Truncation bounds for the Poisson, exponential and normal families (required there).
         They are public inputs: choose them from domain knowledge, never from this data set (that
         would leak) and never from a true parameter. Records outside are redacted.
-    random_seed : int or Generator, optional
-        Seed of the noise; the same seed reproduces the release bit for bit.
+    noise_seed : int, optional
+        Seed of the noise. Default: OS entropy, which nobody can reproduce. A seed reproduces the
+        release bit for bit (tests, reproducible research) and is recorded; whoever knows it can
+        subtract the noise.
+    exact_noise : bool
+        Draw the integer noise with OpenDP's exact discrete Laplace sampler.
     trials, categories, sigma
         Public options of the family when ``family`` is a name.
 
@@ -208,11 +225,10 @@ def release(
     -----
     L1 sensitivity under replace-one neighbours: ``trials`` (binomial), ``2 trials``
     (multinomial: a count vector changes in two components), ``max(b, 0) - min(a, 0)``
-    (truncated families). The noise is NumPy's floating-point Laplace; it is not hardened
-    against the floating-point attack of Mironov (2012).
+    (truncated families). The release is snapped (:mod:`pymc_dp.noise`): its low-order bits
+    carry nothing about the data (Mironov 2012).
     """
     epsilon = check_epsilon(epsilon)
     fam = get_family(family, bounds, trials=trials, categories=categories, sigma=sigma)
     s, n = fam.statistic(data)
-    rng = np.random.default_rng(random_seed)
-    return release_statistic(s, n, fam, epsilon, rng)
+    return release_statistic(s, n, fam, epsilon, NoiseSource(noise_seed, exact=exact_noise))

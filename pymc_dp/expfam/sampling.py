@@ -37,6 +37,7 @@ from pymc_dp.accounting._validate import check_count, check_epsilon
 from pymc_dp.expfam.families import Binomial, Exponential, Family, Multinomial, Normal, Poisson
 from pymc_dp.expfam.gibbs import gibbs, naive_posterior
 from pymc_dp.expfam.release import RELEASE_ATTR, NoisyStatistic, release_statistic
+from pymc_dp.noise import NoiseSource
 
 __all__ = ["ConjugateModel", "find_conjugate_pair", "sample"]
 
@@ -401,7 +402,7 @@ def _release_for(
     data: ArrayLike | None,
     epsilon: float | None,
     bounds: tuple[float, float] | None,
-    rng: np.random.Generator,
+    noise: NoiseSource,
 ) -> tuple[Family, NoisyStatistic]:
     """The family and the release to infer from: release now (data owner) or check a given one."""
     if released is None:
@@ -413,7 +414,7 @@ def _release_for(
         epsilon = check_epsilon(epsilon)
         family = conj.family(bounds)
         s, n = conj.exact_statistic(family, data)
-        return family, release_statistic(s, n, family, epsilon, rng)
+        return family, release_statistic(s, n, family, epsilon, noise)
     if type(released.family) is not conj.family_cls:
         raise ValueError(
             f"`released` is a {released.family.describe()} statistic but the model needs a "
@@ -479,6 +480,7 @@ def sample(
     tune: int = 1000,
     chains: int = 4,
     random_seed: int | np.random.Generator | None = None,
+    noise_seed: int | None = None,
     method: str = "gibbs",
     var_name: str = "theta",
 ) -> DataTree:
@@ -511,7 +513,9 @@ def sample(
         Kept draws, discarded burn-in iterations and number of chains (run as one vectorised
         batch).
     random_seed : int or Generator, optional
-        Seeds the release noise and the chains; reproduces the result bit for bit.
+        Seeds the chains (the Gibbs sampler), not the release noise.
+    noise_seed : int, optional
+        Seed of the release noise (default: OS entropy); only when ``epsilon`` releases now.
     method : {"gibbs", "naive"}
         ``"naive"`` is the miscalibrated baseline (conjugate update on the noisy statistic as if
         exact), for comparison only; the result is labelled so in ``attrs``.
@@ -539,8 +543,7 @@ def sample(
     draws = check_count(draws, "draws", minimum=1)
     tune = check_count(tune, "tune")
     chains = check_count(chains, "chains", minimum=1)
-    rng = np.random.default_rng(random_seed)
-    release_rng, chain_rng = rng.spawn(2)
+    chain_rng = np.random.default_rng(random_seed)
 
     if prior is not None:
         if model is not None:
@@ -561,7 +564,8 @@ def sample(
                 "`released=`"
             ) from None
         conj = find_conjugate_pair(model)
-        family, released = _release_for(conj, released, data, epsilon, bounds, release_rng)
+        noise = NoiseSource(noise_seed)
+        family, released = _release_for(conj, released, data, epsilon, bounds, noise)
         prior_arr, name, dims, coords = conj.prior, conj.theta, conj.dims, conj.coords
         dets = conj.deterministics
     y = np.repeat(released.y[None, :], chains, axis=0)

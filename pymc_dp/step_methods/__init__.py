@@ -1,9 +1,19 @@
-"""DP step methods for ``pm.sample``."""
+"""DP step methods for ``pm.sample``: one sampler family per module.
 
+* :mod:`~pymc_dp.step_methods.base`: the anatomy every step shares (plan, noise, stats);
+* :mod:`~pymc_dp.step_methods.penalty`: :class:`DPPenalty` (penalty-test Metropolis);
+* :mod:`~pymc_dp.step_methods.hmc`: :class:`DPHMC` (noisy gradients, penalty test);
+* :mod:`~pymc_dp.step_methods.minibatch_penalty`: :class:`DPMinibatchPenalty`;
+* :mod:`~pymc_dp.step_methods.barker`: :class:`DPBarker` (and its correction distribution in
+  :mod:`~pymc_dp.step_methods.barker_correction`);
+* :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
+  and secret batches shared by the Metropolis-type steps.
+"""
+
+from pymc_dp.plan import PrivacyBudgetError
 from pymc_dp.step_methods.barker import DPBarker
-from pymc_dp.step_methods.base import DPStep, PrivacyBudgetError
+from pymc_dp.step_methods.base import DPStep, Stat
 from pymc_dp.step_methods.hmc import DPHMC
-from pymc_dp.step_methods.minibatch import MinibatchDPStep
 from pymc_dp.step_methods.minibatch_penalty import DPMinibatchPenalty
 from pymc_dp.step_methods.penalty import DPPenalty
 
@@ -13,6 +23,6 @@ __all__ = [
     "DPMinibatchPenalty",
     "DPPenalty",
     "DPStep",
-    "MinibatchDPStep",
     "PrivacyBudgetError",
+    "Stat",
 ]

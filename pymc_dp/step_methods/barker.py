@@ -28,12 +28,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
 
 from pymc_dp.accounting.barker import barker_orders
-from pymc_dp.accounting.ledger import BarkerMechanism
+from pymc_dp.mechanisms import BarkerTest
 from pymc_dp.step_methods.barker_correction import load_correction
-from pymc_dp.step_methods.minibatch import MinibatchDPStep
+from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
+from pymc_dp.step_methods.minibatch import check_batch, draw_batch
 from pymc_dp.step_methods.proposals import RandomWalkProposal
 
 __all__ = ["DPBarker"]
@@ -44,7 +44,7 @@ BARKER_C = 2.0
 CLIP_FACTOR = 0.99
 
 
-class DPBarker(MinibatchDPStep):
+class DPBarker(DPStep):
     r"""Differentially private minibatch Barker MCMC.
 
     Parameters
@@ -66,8 +66,9 @@ class DPBarker(MinibatchDPStep):
     epsilon : float, optional
         Budget: DP Barker has no noise knob (its noise is the test's own), so its privacy is fixed
         by b, n and the number of iterations; a run that would exceed ``epsilon`` is refused.
-    delta, chains, diagnostics, row_dim
-        See :class:`~pymc_dp.step_methods.base.DPStep`.
+    delta, chains, noise_seed, exact_noise, diagnostics, row_dim, row_axes, public
+        See :class:`~pymc_dp.step_methods.base.DPStep`. The batch, the test's Gaussian noise and
+        the correction are drawn from the chain's secret noise source.
 
     Notes
     -----
@@ -91,14 +92,12 @@ class DPBarker(MinibatchDPStep):
     """
 
     name = "dp_barker"
-    releasable_stats: ClassVar[dict] = dict(MinibatchDPStep.releasable_stats)
-    diagnostic_stats: ClassVar[dict] = {
-        "clip_fraction": (np.float64, []),
-        "batch_variance": (np.float64, []),
+    stats: ClassVar[dict[str, Stat]] = {
+        **PRIVACY_STATS,
+        "batch_size": Stat(np.int64),
+        "clip_fraction": Stat(np.float64, releasable=False),
+        "batch_variance": Stat(np.float64, releasable=False),
     }
-    stats_dtypes_shapes = releasable_stats
-    _needs_budget: ClassVar[bool] = False
-    _sampling_schemes: ClassVar[tuple[str, ...]] = ("fixed_size",)
 
     def __init__(
         self,
@@ -108,6 +107,7 @@ class DPBarker(MinibatchDPStep):
         n0: float,
         proposal_scale: float | np.ndarray,
         proposal: str = "random_walk",
+        sampling: str = "fixed_size",
         **kwargs,
     ) -> None:
         if kwargs.get("noise_multiplier") is not None:
@@ -116,7 +116,9 @@ class DPBarker(MinibatchDPStep):
                 "privacy is fixed by batch_size, n and the number of iterations."
             )
         barker_orders(int(batch_size))  # b too small for any Renyi order: clear error now
-        super().__init__(vars, batch_size=batch_size, **kwargs)
+        super().__init__(vars, **kwargs)
+        self.batch_size = check_batch(batch_size, self.n_rows, sampling, allowed=("fixed_size",))
+        self.sampling = sampling
         n0 = float(n0)
         if not (np.isfinite(n0) and 0 < n0 <= self.n_rows):
             raise ValueError(f"`n0` must be in (0, n = {self.n_rows}], got {n0}")
@@ -133,42 +135,37 @@ class DPBarker(MinibatchDPStep):
             batch=True, squares=True, diagnostics=self.diagnostics
         )
 
-    def _mechanisms(self, noise: float | None, iterations: int) -> tuple:
-        return (
-            BarkerMechanism(
-                "Barker test on a batch", self.batch_size, self.n_rows, count=int(iterations)
-            ),
-        )
+    @classmethod
+    def _tunable(cls) -> bool:
+        return False
 
-    def setup_chain(self, rng, tune: int, draws: int) -> None:
-        super().setup_chain(rng, tune, draws)
+    def mechanisms(self) -> tuple[BarkerTest]:
+        return (BarkerTest(self.batch_size, self.n_rows),)
+
+    def _reset_chain(self) -> None:
         self._proposal.reset(self.rng)
-        self._q_cached = None
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        q = q0.data
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        prior_cur = self._prior_at(q)
         b = self.batch_size
-        if self._q_cached is None or not np.array_equal(self._q_cached, q):
-            empty = np.zeros(0, dtype=np.int64)  # no rows: only the (public) prior
-            self._prior_cur = float(self._kernel(q, q, np.zeros(()), empty)[1])
-            self._q_cached = q.copy()
         q_new, _ = self._proposal(self.rng, q)
-        idx = self._draw_batch()
+        secret = self._noise.generator
+        idx = draw_batch(secret, self.n_rows, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(self.clip_bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
         scale = self.n0 / b  # n T / b
-        delta_star = scale * total + prior_new - self._prior_cur
+        delta_star = scale * total + prior_new - prior_cur
         var_b = scale**2 * max(squares - total * total / b, 0.0)
         noise = BARKER_C - var_b
+        accepted = False
         if noise >= BARKER_C - 1.0 and np.isfinite(delta_star):
-            test = delta_star + np.sqrt(noise) * self.rng.standard_normal()
-            accepted = bool(test + self._correction.sample(self.rng) > 0.0)
-        else:  # impossible with the clipping above (s^2 <= 0.9801); outside the prior: reject
-            accepted = False
+            test = delta_star + np.sqrt(noise) * secret.standard_normal()
+            accepted = bool(test + self._correction.sample(secret) > 0.0)
+        # else: impossible with the clipping above (s^2 <= 0.9801); outside the prior: reject
         if accepted:
             self._q_cached, self._prior_cur = q_new, prior_new
-        stats = {"accepted": accepted, **self._privacy_stats()}
+        stats = {"accepted": accepted, "batch_size": b}
         if self.diagnostics:
             stats["clip_fraction"] = float(out[3])
             stats["batch_variance"] = var_b
-        return RaveledVars(q_new if accepted else q, q0.point_map_info), [stats]
+        return (q_new if accepted else q), stats

@@ -1,48 +1,113 @@
-"""Shared machinery of the DP step methods: budget calibration, coverage, privacy stats.
+"""The anatomy of a DP step: arguments, the run plan, per-chain state, and declared stats.
 
-A DP step is a composition of Gaussian mechanisms. Each iteration makes a fixed set of releases
-(``_releases_per_iteration``) with noise multipliers ``s_k`` (noise std / L2 sensitivity), so
-one iteration costs ``mu_it = sum_k count_k / (2 s_k^2)`` and the run costs
-``chains * (tune + draws) * mu_it`` in the exact Gaussian PLD accountant. All multipliers of a step
-scale together with one factor ``c`` (``s_k = c * base_k``), which makes calibration closed-form:
-``c^2 = mu_it(1) * chains * iterations / mu*(epsilon, delta)``.
+Data flows one way: model -> :mod:`~pymc_dp.graph` (private inputs, rows) ->
+:mod:`~pymc_dp.likelihood` (compiled kernels) -> :mod:`~pymc_dp.mechanisms` (clip, noise,
+test, cost) -> the step (proposal + mechanisms + state) -> :mod:`~pymc_dp.plan` (chains x
+iterations, calibration, refusal) -> ledger -> DataTree.
+
+A subclass declares ``name`` and ``stats`` (each :class:`Stat` releasable or a diagnostic) and
+implements three methods:
+
+* :meth:`DPStep.mechanisms`: what one iteration releases (public configuration only);
+* :meth:`DPStep._reset_chain`: per-chain state (proposal directions, step-size jitter);
+* :meth:`DPStep._iterate`: one iteration from ``q``, returning the next point and its stats.
+
+The base class owns everything else: argument checks, the run plan and its guards (a chain or an
+iteration beyond the plan raises; a DP step inside a ``CompoundStep`` is refused), the chain's
+secret :class:`~pymc_dp.noise.NoiseSource`, the prior cache, the Metropolis decision and the
+privacy stats of every iteration.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import warnings
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+from pymc.blocking import RaveledVars
 from pymc.model import Model, modelcontext
 from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import CompoundStep
 from pymc.util import RandomGenerator
 
 from pymc_dp.accounting._validate import check_delta, check_epsilon, check_positive
-from pymc_dp.accounting.gaussian import (
-    gaussian_epsilon,
-    gaussian_mu_for_budget,
-    max_iterations,
-)
-from pymc_dp.accounting.ledger import GaussianMechanism, PrivacyLedger
+from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.mechanisms import Mechanism
+from pymc_dp.noise import NoiseSource
+from pymc_dp.plan import PrivacyBudgetError, RunPlan, make_plan
+from pymc_dp.plan import max_iterations as _max_iterations
 
-__all__ = ["DPStep", "PrivacyBudgetError", "default_chains"]
-
+__all__ = [
+    "DELTA_RULE",
+    "DPStep",
+    "PrivacyBudgetError",
+    "Stat",
+    "default_chains",
+    "default_delta",
+]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DELTA_RULE = "default: min(1e-6, 1 / (10 n))"
 
 
-class PrivacyBudgetError(ValueError):
-    """A run would spend more privacy than its budget allows."""
+@dataclass(frozen=True)
+class Stat:
+    """A sample stat: its dtype and whether it is computed only from privatised quantities."""
+
+    dtype: Any
+    releasable: bool = True
+
+
+#: Emitted by every DP step after every iteration.
+PRIVACY_STATS = {
+    "accepted": Stat(bool),
+    "dp_epsilon": Stat(np.float64),
+    "dp_delta": Stat(np.float64),
+}
 
 
 def default_chains() -> int:
     """PyMC's own default chain count on this machine (``max(2, min(4, cpu_count))``)."""
     return max(2, min(4, multiprocessing.cpu_count()))
+
+
+def default_delta(n_rows: int) -> float:
+    """``min(1e-6, 1 / (10 n))``: well below the 1/n at which a mechanism may publish one row."""
+    return min(1e-6, 1.0 / (10.0 * n_rows))
+
+
+def _chain_index(rng: np.random.Generator) -> int | None:
+    """Which chain of a ``pm.sample`` run ``rng`` belongs to.
+
+    ``pm.sample`` spawns the chains' generators from one parent (``spawn(chains)``, kept across
+    processes), so the last entry of the spawn key is the chain index. None when unknown (a
+    generator that was not spawned, e.g. a direct call).
+    """
+    seq = getattr(rng.bit_generator, "seed_seq", None)
+    key = getattr(seq, "spawn_key", ())
+    return int(key[-1]) if key else None
+
+
+def _refuse_compound(step: DPStep) -> None:
+    """A DP step next to another step: the other one reads the exact likelihood and reports it."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return
+        if isinstance(frame.f_locals.get("self"), CompoundStep):
+            raise ValueError(
+                f"{type(step).__name__} runs inside a CompoundStep next to other step methods. "
+                "Those evaluate the exact model log-density and report it (lp, energy) without "
+                "noise, and several DP steps would each spend the budget: give one DP step that "
+                "covers every free variable."
+            )
+        frame = frame.f_back
 
 
 class DPStep(ArrayStepShared):
@@ -56,37 +121,33 @@ class DPStep(ArrayStepShared):
         so no free variable may be left to them.
     epsilon, delta : float, optional
         Privacy budget of the whole run, all chains and tuning iterations included. With
-        ``epsilon`` alone the noise is calibrated in ``setup_chain`` to spend exactly this budget;
-        with ``noise_multiplier`` too the run is refused if it would overspend. ``delta`` defaults
-        to ``0.1 / n`` (as in Raisa 2021).
+        ``epsilon`` alone the noise is calibrated to spend exactly this budget; with
+        ``noise_multiplier`` too the run is refused if it would overspend. ``delta`` defaults to
+        ``min(1e-6, 1 / (10 n))`` (recorded in the ledger).
     noise_multiplier : float, optional
         Fixed noise (std over L2 sensitivity). Without ``epsilon`` the spent budget is reported.
     chains : int, optional
-        Number of chains the budget must cover. Default: PyMC's default for this machine.
-        :func:`pymc_dp.sample` sets it exactly.
+        Chains the budget must cover under plain ``pm.sample`` (default: PyMC's default for the
+        machine); a further chain is refused. :func:`pymc_dp.sample` sets it exactly.
+    noise_seed : int, optional
+        Seed of the privacy noise. Default: OS entropy, which nobody can reproduce. A seed makes
+        the noise reproducible (tests, reproducible research); the ledger records it.
+    exact_noise : bool
+        Draw the integer noise of releases with OpenDP's exact samplers (see
+        :mod:`pymc_dp.noise`); slower, cannot be seeded.
     diagnostics : bool
         Also emit exact (unprivatised) diagnostics such as clip fractions. A result made this way
         is marked not releasable.
-    row_dim : str, optional
-        Passed to :class:`~pymc_dp.likelihood.PerRowLikelihood`.
+    row_dim, row_axes, public
+        See :func:`pymc_dp.graph.analyse`.
     """
 
     default_blocked = True
     default_tune_steps = 0
     name: ClassVar[str] = "dp_step"
-
-    #: Stats computed only from privatised values and public quantities.
-    releasable_stats: ClassVar[dict] = {
-        "accepted": (bool, []),
-        "accept_prob": (np.float64, []),
-        "dp_epsilon": (np.float64, []),
-        "dp_mu": (np.float64, []),
-        "dp_delta": (np.float64, []),
-    }
-    #: Exact, data-dependent stats emitted only with ``diagnostics=True``.
-    diagnostic_stats: ClassVar[dict] = {}
-    #: Whether the step has a noise knob, so that ``epsilon`` or ``noise_multiplier`` is required.
-    _needs_budget: ClassVar[bool] = True
+    #: Every stat the step can emit; diagnostics only with ``diagnostics=True``.
+    stats: ClassVar[dict[str, Stat]] = PRIVACY_STATS
+    stats_dtypes_shapes: ClassVar[dict]  # per instance, derived from ``stats``
 
     def __init__(
         self,
@@ -96,20 +157,32 @@ class DPStep(ArrayStepShared):
         delta: float | None = None,
         noise_multiplier: float | None = None,
         chains: int | None = None,
+        noise_seed: int | None = None,
+        exact_noise: bool = False,
         diagnostics: bool = False,
         row_dim: str | None = None,
+        row_axes: Mapping[str, int] | None = None,
+        public: Iterable[str] = (),
         model: Model | None = None,
         rng: RandomGenerator = None,
         blocked: bool = True,
         compile_kwargs: dict | None = None,
     ) -> None:
         model = modelcontext(model)
-        if epsilon is None and noise_multiplier is None and self._needs_budget:
+        self.epsilon = None if epsilon is None else check_epsilon(epsilon)
+        self.noise_multiplier = (
+            None
+            if noise_multiplier is None
+            else check_positive(noise_multiplier, "noise_multiplier")
+        )
+        if self.epsilon is None and self.noise_multiplier is None and self._tunable():
             raise ValueError("Give `epsilon` (a budget to calibrate to) or `noise_multiplier`.")
-        if epsilon is not None:
-            check_epsilon(epsilon)
-        if noise_multiplier is not None:
-            check_positive(noise_multiplier, "noise_multiplier")
+        if chains is not None and (isinstance(chains, bool) or int(chains) != chains or chains < 1):
+            raise ValueError(f"`chains` must be an integer >= 1, got {chains!r}")
+        if noise_seed is not None and (
+            isinstance(noise_seed, bool) or int(noise_seed) != noise_seed
+        ):
+            raise TypeError(f"`noise_seed` must be an integer, got {noise_seed!r}")
         vars = (
             list(model.value_vars)
             if vars is None
@@ -123,23 +196,25 @@ class DPStep(ArrayStepShared):
                 "without noise. Leave `vars` at its default."
             )
         self.likelihood = PerRowLikelihood(
-            model, vars, row_dim=row_dim, compile_kwargs=compile_kwargs
+            model,
+            vars,
+            row_dim=row_dim,
+            row_axes=row_axes,
+            public=public,
+            compile_kwargs=compile_kwargs,
         )
         self.n_rows = self.likelihood.n_rows
-        if delta is None:
-            delta = 0.1 / self.n_rows
-        check_delta(delta)
-        self.epsilon = None if epsilon is None else float(epsilon)
-        self.delta = float(delta)
-        self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
-        if chains is not None and int(chains) < 1:
-            raise ValueError(f"`chains` must be >= 1, got {chains}")
+        self.delta_rule = DELTA_RULE if delta is None else "given"
+        self.delta = default_delta(self.n_rows) if delta is None else check_delta(delta)
         self.chains = default_chains() if chains is None else int(chains)
+        self.noise_seed = None if noise_seed is None else int(noise_seed)
+        self.exact_noise = bool(exact_noise)
+        if self.exact_noise and self.noise_seed is not None:
+            raise ValueError("`noise_seed` cannot seed OpenDP's exact samplers: give one or other.")
         self.diagnostics = bool(diagnostics)
-        self._managed = False  # set by pdp.sample, which strips private groups itself
-        self.stats_dtypes_shapes = dict(self.releasable_stats)
-        if self.diagnostics:
-            self.stats_dtypes_shapes.update(self.diagnostic_stats)
+        self.stats_dtypes_shapes = {
+            k: (s.dtype, []) for k, s in self.stats.items() if s.releasable or self.diagnostics
+        }
         self.stats_dtypes = [{k: dtype for k, (dtype, _) in self.stats_dtypes_shapes.items()}]
         if self.diagnostics:
             warnings.warn(
@@ -148,123 +223,158 @@ class DPStep(ArrayStepShared):
                 UserWarning,
                 skip_file_prefixes=(_PACKAGE_DIR,),
             )
-        self._setup_done = False
+        self._plan: RunPlan | None = None
+        self._plan_managed = False  # made by pdp.sample, which strips private groups itself
+        self._warned_plain = False
+        self._noise: NoiseSource | None = None
+        self._iteration = 0
         super().__init__(vars, self.likelihood.shared, blocked=blocked, rng=rng)
 
     # ------------------------------------------------------------------ subclass interface
-    def _base_noise_multipliers(self) -> dict[str, float]:
-        """Noise multipliers at scale 1, one per noise source."""
+    def mechanisms(self) -> tuple[Mechanism, ...]:
+        """What one iteration releases (public configuration only)."""
         raise NotImplementedError
 
-    def _releases_per_iteration(self) -> dict[str, int]:
-        """Releases per iteration of each noise source."""
+    def _reset_chain(self) -> None:
+        """Reset per-chain state after :meth:`setup_chain` set ``self.rng`` and the plan."""
+
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        """One iteration from ``q``: the next point and the iteration's own stats."""
         raise NotImplementedError
 
-    def _set_noise(self, multipliers: dict[str, float]) -> None:
-        """Store the calibrated multipliers for the hot path."""
-        raise NotImplementedError
+    @classmethod
+    def _tunable(cls) -> bool:
+        return True
 
-    # ------------------------------------------------------------------ accounting
-    def _mu_per_iteration(self, multipliers: dict[str, float]) -> float:
-        counts = self._releases_per_iteration()
-        return float(sum(counts[k] / (2.0 * s**2) for k, s in multipliers.items()))
+    # ------------------------------------------------------------------ stats
+    @classmethod
+    def releasable_stat_names(cls) -> frozenset[str]:
+        """Names of the stats computed only from privatised quantities and public values."""
+        return frozenset(k for k, s in cls.stats.items() if s.releasable)
 
-    def noise_multipliers(self, iterations: int) -> dict[str, float]:
-        """Noise multipliers for ``chains`` chains of ``iterations`` iterations each.
+    # ------------------------------------------------------------------ the run plan
+    def plan(self, *, tune: int, draws: int, chains: int | None = None) -> RunPlan:
+        """Calibrate a run of ``chains`` x (``tune`` + ``draws``) iterations (default chains: the
+        step's), or raise :class:`PrivacyBudgetError`; reads no data."""
+        chains = self.chains if chains is None else int(chains)
+        return make_plan(
+            self.mechanisms(),
+            sampler=type(self).__name__,
+            chains=chains,
+            tune=int(tune),
+            draws=int(draws),
+            delta=self.delta,
+            epsilon=self.epsilon,
+            noise_multiplier=self.noise_multiplier,
+            releasable=not self.diagnostics,
+            noise_seed=self.noise_seed,
+            exact_noise=self.exact_noise,
+            delta_rule=self.delta_rule,
+        )
 
-        Raises :class:`PrivacyBudgetError` when a fixed noise cannot afford the run.
-        """
-        base = self._base_noise_multipliers()
-        releases = self.chains * int(iterations)
-        if self.epsilon is None:
-            return base
-        budget = gaussian_mu_for_budget(self.epsilon, self.delta)
-        if self.noise_multiplier is None:
-            scale = np.sqrt(self._mu_per_iteration(base) * releases / budget)
-            # Round towards more noise: the spent epsilon must never exceed the budget.
-            for _ in range(100):
-                noise = {k: float(s * scale) for k, s in base.items()}
-                spent = releases * self._mu_per_iteration(noise)
-                if spent <= budget and gaussian_epsilon(spent, self.delta) <= self.epsilon:
-                    return noise
-                scale *= 1 + 1e-11
-            raise AssertionError("noise calibration did not converge")  # pragma: no cover
-        spend = releases * self._mu_per_iteration(base)
-        if spend > budget * (1 + 1e-12):
-            max_iter = self.max_iterations()
-            raise PrivacyBudgetError(
-                f"{self.chains} chains x {iterations} iterations (tune + draws) at "
-                f"noise_multiplier={self.noise_multiplier} would spend epsilon="
-                f"{float(gaussian_epsilon(spend, self.delta)):.4g} > epsilon={self.epsilon} at "
-                f"delta={self.delta:.3g}; this noise affords at most {max_iter} iterations per "
-                "chain. Lower tune/draws/chains, raise noise_multiplier, or give only epsilon."
-            )
-        return base
+    def use_plan(self, plan: RunPlan | None) -> None:
+        """Run the next chains under ``plan`` (``pdp.sample`` does this); None forgets it."""
+        self._plan = plan
+        self._plan_managed = plan is not None
+        if plan is not None:
+            self.chains = plan.chains
+
+    def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
+        """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""
+        return self.plan(tune=tune, draws=draws, chains=chains).ledger
 
     def max_iterations(self, epsilon: float | None = None, chains: int | None = None) -> int:
-        """Iterations per chain (tune + draws) that ``chains`` chains (default: the step's
-        ``chains``) can run at the fixed ``noise_multiplier`` within ``(epsilon, delta)``
-        (default: the step's ``epsilon``)."""
+        """Iterations per chain (tune + draws) that ``chains`` chains (default: the step's) can
+        run at the fixed ``noise_multiplier`` within ``(epsilon, delta)`` (default: the step's
+        ``epsilon``)."""
         epsilon = self.epsilon if epsilon is None else check_epsilon(epsilon)
         if epsilon is None:
             raise ValueError("Give `epsilon`: this step has no budget to check against.")
         chains = self.chains if chains is None else int(chains)
         if chains < 1:
             raise ValueError(f"`chains` must be >= 1, got {chains}")
-        mu_chain_iteration = chains * self._mu_per_iteration(self._base_noise_multipliers())
-        return max_iterations(mu_chain_iteration, epsilon, self.delta)
-
-    def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
-        """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""
-        if chains is not None:
-            self.chains = int(chains)
-        iterations = int(tune) + int(draws)
-        multipliers = self.noise_multipliers(iterations)
-        counts = self._releases_per_iteration()
-        return PrivacyLedger(
-            sampler=type(self).__name__,
-            per_chain=tuple(
-                GaussianMechanism(k, multipliers[k], counts[k] * iterations) for k in multipliers
-            ),
-            chains=self.chains,
+        if self._tunable() and self.noise_multiplier is None:
+            raise ValueError("`max_iterations` needs a fixed `noise_multiplier`.")
+        return _max_iterations(
+            self.mechanisms(),
+            scale=self.noise_multiplier,
+            epsilon=epsilon,
             delta=self.delta,
-            target_epsilon=self.epsilon,
-            releasable=not self.diagnostics,
+            chains=chains,
         )
 
+    # ------------------------------------------------------------------ per chain
     def setup_chain(self, rng: RandomGenerator, tune: int, draws: int) -> None:
-        """Calibrate the noise for the run and reset per-chain state, before touching data."""
+        """Check the chain against the run plan and set up its state, before touching data."""
+        _refuse_compound(self)
         super().setup_chain(rng, tune, draws)
-        self._cum_eps = self._prepare_run(int(tune) + int(draws))  # may refuse the run
-        self._iteration = 0
-        self._setup_done = True
-        if not self._managed:
-            warnings.warn(
-                "Plain pm.sample stores the private data in the result (observed_data, "
-                "constant_data). Publish only the output of pdp.sample, or pdp.sanitize(idata).",
-                UserWarning,
-                stacklevel=2,
+        plan = self._plan
+        if plan is None or (plan.tune, plan.draws) != (int(tune), int(draws)):
+            if self._plan_managed:
+                raise RuntimeError("pdp.sample's run plan does not match the chain's iterations")
+            plan = self._plan = self.plan(tune=tune, draws=draws)  # may refuse the run
+            if not self._warned_plain:
+                warnings.warn(
+                    "Plain pm.sample stores the private data in the result (observed_data, "
+                    "constant_data). Publish only the output of pdp.sample, or "
+                    "pdp.sanitize(idata, model).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                self._warned_plain = True
+        chain = _chain_index(self.rng)
+        if chain is not None and chain >= plan.chains:
+            raise PrivacyBudgetError(
+                f"Chain {chain + 1} of a run whose noise was calibrated for {plan.chains} chains: "
+                "every chain is a separate release of the data, so it would spend budget beyond "
+                f"epsilon. Create the step with chains={chain + 1} (or more), or use pdp.sample, "
+                "which calibrates for the exact chain count."
             )
-            self._managed = True  # once per step object
+        self._noise = NoiseSource.for_chain(plan.noise_seed, chain or 0, exact=plan.exact_noise)
+        self._iteration = 0
+        self._q_cached: np.ndarray | None = None
+        self._prior_cur = 0.0
+        self._reset_chain()
 
-    def _prepare_run(self, iterations: int) -> np.ndarray:
-        """Set the noise for a run of ``iterations`` per chain; return this chain's epsilon after
-        each iteration."""
-        multipliers = self.noise_multipliers(iterations)
-        self._set_noise(multipliers)
-        mu_it = self._mu_per_iteration(multipliers)
-        self._cum_mu = mu_it * np.arange(1, iterations + 1)
-        return np.asarray(gaussian_epsilon(self._cum_mu, self.delta), dtype=float)
-
-    def _privacy_stats(self) -> dict:
-        if not self._setup_done:
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
+        plan = self._plan
+        if plan is None or self._noise is None:
             raise RuntimeError(f"{type(self).__name__}.setup_chain was not called.")
-        i = min(self._iteration, len(self._cum_eps) - 1)
-        self._iteration += 1
-        stats = {"dp_epsilon": self._cum_eps[i], "dp_delta": self.delta}
-        if "dp_mu" in self.releasable_stats:
-            stats["dp_mu"] = self._cum_mu[i]
-        return stats
+        i = self._iteration
+        if i >= plan.iterations:
+            raise PrivacyBudgetError(
+                f"Iteration {i + 1} of a chain planned for {plan.iterations}: it would release "
+                "beyond the budget."
+            )
+        q_new, stats = self._iterate(q0.data)
+        self._iteration = i + 1
+        stats["dp_epsilon"] = float(plan.epsilon_curve[i])
+        stats["dp_delta"] = plan.delta
+        if "dp_mu" in self.stats_dtypes_shapes:
+            stats["dp_mu"] = float(plan.mu_curve[i]) if plan.mu_curve is not None else np.nan
+        return RaveledVars(q_new, q0.point_map_info), [stats]
+
+    # ------------------------------------------------------------------ shared pieces
+    @property
+    def _scale(self) -> float:
+        """The plan's calibrated noise knob."""
+        return float(self._plan.scale)
+
+    def _prior_at(self, q: np.ndarray) -> float:
+        """Log prior of the chain's current point (public: no data), cached."""
+        if self._q_cached is None or not np.array_equal(self._q_cached, q):
+            self._prior_cur = self.likelihood.prior_value(q)
+            self._q_cached = q.copy()
+        return self._prior_cur
+
+    def _metropolis(self, q: np.ndarray, q_new: np.ndarray, log_alpha: float, prior_new: float):
+        """Accept ``q_new`` with probability ``min(1, exp(log_alpha))`` (a non-finite ratio:
+        outside the prior's support, or divergent, rejects); return ``(next point, accepted)``."""
+        accepted = bool(np.isfinite(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
+        if accepted:
+            self._q_cached, self._prior_cur = q_new, prior_new
+            return q_new, True
+        return q, False
 
     @staticmethod
     def competence(var, has_grad):

@@ -1,38 +1,21 @@
-"""DP-HMC: Hamiltonian Monte Carlo with clipped noisy gradients and the penalty acceptance test.
-
-Raisa, Koskela & Honkela (2023), Algorithm 1; Raisa (2021), section 4.2 and Algorithm 3. Each
-iteration draws ``p ~ N(0, M)`` and runs ``L`` leapfrog steps; every one of the ``L + 1`` gradient
-evaluations releases
-
-    g~ = T sum_i clip_{b_g}(grad l_i(theta)) + N(0, (2 T b_g s_g)^2 I)
-
-(replace-one L2 sensitivity ``2 T b_g``, noise multiplier ``s_g``, fresh noise every time) plus the
-exact prior gradient. The proposal is accepted with the penalty test of the DP penalty algorithm,
-
-    log u < R + xi - sigma_l^2 / 2 + log p(theta') - log p(theta) + K(p) - K(p'),
-
-with ``R = T sum_i clip_{b_l ||theta' - theta||}(l_i(theta') - l_i(theta))``,
-``xi ~ N(0, sigma_l^2)`` and ``sigma_l = 2 T b_l ||theta' - theta|| s_l``. Theorem 3.5:
-``mu = k / (2 s_l^2) + k (L + 1) / (2 s_g^2)`` for ``k`` iterations (``s = tau sqrt(n)`` in the
-paper's parameterisation).
-"""
-
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
+from pymc.step_methods.hmc.quadpotential import (
+    QuadPotential,
+    QuadPotentialDiag,
+    QuadPotentialFullInv,
+)
 
-from pymc_dp.accounting._validate import check_positive
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
+from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
+from pymc_dp.step_methods.penalty import check_tempering
 
-__all__ = ["DPHMC", "randomized_halton"]
-
-LLR = "log-likelihood ratio"
-GRAD = "gradient"
+__all__ = ["DPHMC", "mass_matrix_potential", "randomized_halton"]
 
 
 def randomized_halton(size: int, rng: np.random.Generator, digits: int = 32) -> np.ndarray:
@@ -49,6 +32,26 @@ def randomized_halton(size: int, rng: np.random.Generator, digits: int = 32) -> 
         digit = ((idx >> np.uint64(k)) & np.uint64(1)) ^ bits[k]
         out += digit * 2.0 ** -(k + 1)
     return out
+
+
+def mass_matrix_potential(mass_matrix, dim: int) -> QuadPotential:
+    """PyMC's quadpotential for a public mass matrix M (scalar, diagonal or dense)."""
+    m = np.ones(dim) if mass_matrix is None else np.asarray(mass_matrix, dtype=float)
+    if m.ndim == 0:
+        m = np.full(dim, float(m))
+    if m.shape == (dim,):
+        if not np.all(np.isfinite(m) & (m > 0)):
+            raise ValueError("`mass_matrix` must be positive and finite")
+        return QuadPotentialDiag(1.0 / m)
+    if m.shape == (dim, dim):
+        if not np.allclose(m, m.T):
+            raise ValueError("`mass_matrix` must be symmetric")
+        try:
+            np.linalg.cholesky(m)
+        except np.linalg.LinAlgError as err:
+            raise ValueError("`mass_matrix` must be positive definite") from err
+        return QuadPotentialFullInv(m)
+    raise ValueError(f"`mass_matrix` must be a scalar, shape ({dim},) or ({dim}, {dim})")
 
 
 class DPHMC(DPStep):
@@ -69,6 +72,8 @@ class DPHMC(DPStep):
         :math:`b_g`: per-row gradients are clipped to L2 norm :math:`b_g`.
     mass_matrix : float, array (D,) or array (D, D), optional
         Public mass matrix :math:`M` (diagonal or dense, positive definite). Default identity.
+        Kept as one of PyMC's quadpotentials (``QuadPotentialDiag`` with variance ``1 / M`` or
+        ``QuadPotentialFullInv``).
     step_jitter : float
         The step size of iteration i is :math:`\eta (1 + j (2 h_i - 1))` with :math:`h_i` a
         randomised Halton point (paper, section 3; Hoffman et al. 2021). ``j = 1`` (default)
@@ -83,8 +88,10 @@ class DPHMC(DPStep):
         *privatised* energy change exceeds this (the exact energy change reads the data).
     tempering : float
         :math:`T \in (0, 1]`, likelihood power.
-    epsilon, delta, noise_multiplier, chains, diagnostics, row_dim
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`. ``noise_multiplier`` is :math:`s_l`.
+    row_dim, row_axes, public
+        See :func:`pymc_dp.graph.analyse`.
 
     Notes
     -----
@@ -103,17 +110,16 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
-    releasable_stats: ClassVar[dict] = {
-        **DPStep.releasable_stats,
-        "noise_std": (np.float64, []),
-        "step_size": (np.float64, []),
-        "diverging": (bool, []),
+    stats: ClassVar[dict[str, Stat]] = {
+        **PRIVACY_STATS,
+        "dp_mu": Stat(np.float64),
+        "accept_prob": Stat(np.float64),
+        "noise_std": Stat(np.float64),
+        "step_size": Stat(np.float64),
+        "diverging": Stat(bool),
+        "clip_fraction": Stat(np.float64, releasable=False),
+        "grad_clip_fraction": Stat(np.float64, releasable=False),
     }
-    diagnostic_stats: ClassVar[dict] = {
-        "clip_fraction": (np.float64, []),
-        "grad_clip_fraction": (np.float64, []),
-    }
-    stats_dtypes_shapes = releasable_stats
 
     def __init__(
         self,
@@ -128,148 +134,84 @@ class DPHMC(DPStep):
         grad_noise_ratio: float = 4.0,
         max_energy_error: float = 1000.0,
         tempering: float = 1.0,
-        _nonprivate: bool = False,
         **kwargs,
     ) -> None:
-        check_positive(step_size, "step_size")
-        check_positive(llr_clip, "llr_clip")
-        check_positive(grad_clip, "grad_clip")
-        check_positive(grad_noise_ratio, "grad_noise_ratio")
-        check_positive(max_energy_error, "max_energy_error")
-        if int(n_steps) != n_steps or n_steps < 1:
-            raise ValueError(f"`n_steps` must be an integer >= 1, got {n_steps}")
+        self.step_size = check_positive(step_size, "step_size")
+        self.llr_clip = check_positive(llr_clip, "llr_clip")
+        self.grad_clip = check_positive(grad_clip, "grad_clip")
+        self.grad_noise_ratio = check_positive(grad_noise_ratio, "grad_noise_ratio")
+        self.max_energy_error = check_positive(max_energy_error, "max_energy_error")
+        self.n_steps = check_count(n_steps, "n_steps", minimum=1)
         if not (0 <= step_jitter <= 1):
             raise ValueError(f"`step_jitter` must be in [0, 1], got {step_jitter}")
-        if not (np.isfinite(tempering) and 0 < tempering <= 1):
-            raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
-        self._nonprivate = bool(_nonprivate)
-        if self._nonprivate:
-            # Testing only: plain HMC on the exact likelihood. Nothing it returns is private.
-            kwargs.setdefault("noise_multiplier", 1.0)
-            kwargs["diagnostics"] = True
-        super().__init__(vars, **kwargs)
-        d = self.likelihood.dim
-        self.step_size = float(step_size)
-        self.n_steps = int(n_steps)
-        self.llr_clip = float(llr_clip)
-        self.grad_clip = float(grad_clip)
         self.step_jitter = float(step_jitter)
-        self.grad_noise_ratio = float(grad_noise_ratio)
-        self.max_energy_error = float(max_energy_error)
-        self.tempering = float(tempering)
-        self._set_mass_matrix(mass_matrix, d)
-        diag = self.diagnostics
-        self._ratio = self.likelihood.ratio_kernel(diagnostics=diag)
-        self._grad = self.likelihood.grad_kernel(diagnostics=diag)
+        self.tempering = check_tempering(tempering)
+        super().__init__(vars, **kwargs)
+        self.potential = mass_matrix_potential(mass_matrix, self.likelihood.dim)
+        self._test, self._gradient = self.mechanisms()
+        self._ratio = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
+        self._grad = self.likelihood.grad_kernel(diagnostics=self.diagnostics)
 
-    def _set_mass_matrix(self, mass_matrix, d: int) -> None:
-        m = np.ones(d) if mass_matrix is None else np.asarray(mass_matrix, dtype=float)
-        if m.ndim == 0:
-            m = np.full(d, float(m))
-        if m.shape == (d,):
-            if not np.all(np.isfinite(m) & (m > 0)):
-                raise ValueError("`mass_matrix` must be positive and finite")
-            self._m_diag, self._m_chol, self._m_inv = m, None, None
-        elif m.shape == (d, d):
-            if not np.allclose(m, m.T):
-                raise ValueError("`mass_matrix` must be symmetric")
-            try:
-                self._m_chol = np.linalg.cholesky(m)
-            except np.linalg.LinAlgError as err:
-                raise ValueError("`mass_matrix` must be positive definite") from err
-            self._m_diag, self._m_inv = None, np.linalg.inv(m)
-        else:
-            raise ValueError(f"`mass_matrix` must be a scalar, shape ({d},) or ({d}, {d})")
+    def mechanisms(self) -> tuple[PenaltyTest, GaussianRelease]:
+        return (
+            PenaltyTest(),
+            GaussianRelease("gradient", self.n_steps + 1, self.grad_noise_ratio),
+        )
 
-    def _draw_momentum(self) -> np.ndarray:
-        z = self.rng.standard_normal(self.likelihood.dim)
-        if self._m_diag is not None:
-            return np.sqrt(self._m_diag) * z
-        return self._m_chol @ z
-
-    def _velocity(self, p: np.ndarray) -> np.ndarray:
-        return p / self._m_diag if self._m_diag is not None else self._m_inv @ p
-
-    # ------------------------------------------------------------------ accounting
-    def _base_noise_multipliers(self) -> dict[str, float]:
-        s_l = self.noise_multiplier or 1.0
-        return {LLR: s_l, GRAD: self.grad_noise_ratio * s_l}
-
-    def _releases_per_iteration(self) -> dict[str, int]:
-        return {LLR: 1, GRAD: self.n_steps + 1}
-
-    def _set_noise(self, multipliers: dict[str, float]) -> None:
-        scale = 0.0 if self._nonprivate else 1.0
-        self._s_l, self._s_g = scale * multipliers[LLR], scale * multipliers[GRAD]
-
-    def ledger(self, tune: int, draws: int, chains: int | None = None):
-        if self._nonprivate:
-            raise ValueError(
-                "DPHMC(_nonprivate=True) is a testing mode: nothing it returns is private."
-            )
-        return super().ledger(tune, draws, chains)
-
-    def setup_chain(self, rng, tune: int, draws: int) -> None:
-        super().setup_chain(rng, tune, draws)
-        if self._nonprivate:
-            self._cum_mu = np.full_like(self._cum_mu, np.inf)
-            self._cum_eps = np.full_like(self._cum_eps, np.inf)
-            warnings.warn("DPHMC(_nonprivate=True): plain HMC, not private.", UserWarning, 2)
-        h = randomized_halton(int(tune) + int(draws), self.rng)
+    def _reset_chain(self) -> None:
+        self.potential.set_rng(self.rng)
+        h = randomized_halton(self._plan.iterations, self.rng)
         self._step_sizes = self.step_size * (1.0 + self.step_jitter * (2.0 * h - 1.0))
-        self._q_cached = None
 
-    # ------------------------------------------------------------------ kernel
-    def _noisy_grad(self, q: np.ndarray, bound: float) -> tuple[np.ndarray, float]:
+    def _noisy_grad(self, q: np.ndarray) -> tuple[np.ndarray, float]:
         """Gradient of the log posterior with the likelihood part clipped and privatised."""
-        out = self._grad(q, bound)
-        noise = 2.0 * self.tempering * self.grad_clip * self._s_g
-        g = self.tempering * out[0] + noise * self.rng.standard_normal(q.size) + out[1]
-        return g, (float(out[2]) if self.diagnostics else 0.0)
+        out = self._grad(q, np.asarray(self.grad_clip))
+        t = self.tempering
+        g, _ = self._gradient.release(
+            self._noise, t * out[0], 2.0 * t * self.grad_clip, self._scale
+        )
+        return g + out[1], (float(out[2]) if self.diagnostics else 0.0)
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        q = q0.data
-        if self._q_cached is None or not np.array_equal(self._q_cached, q):
-            # ratio of q with itself is 0 and releases nothing; only the prior term is used
-            self._prior_cur = float(self._ratio(q, q, np.zeros(()))[1])
-            self._q_cached = q.copy()
-        eta = float(self._step_sizes[min(self._iteration, len(self._step_sizes) - 1)])
-        gbound = np.asarray(self.grad_clip if not self._nonprivate else 1e300)
-        p0 = self._draw_momentum()
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        prior_cur = self._prior_at(q)
+        eta = float(self._step_sizes[self._iteration])
+        pot = self.potential
+        p0 = pot.random()
 
         # Leapfrog with L + 1 fresh noisy gradient releases.
         q_new, p = q.copy(), p0.copy()
-        g, gclip = self._noisy_grad(q_new, gbound)
+        g, gclip = self._noisy_grad(q_new)
         p += 0.5 * eta * g
         gclips = [gclip]
         finite = True
         for i in range(self.n_steps):
-            q_new += eta * self._velocity(p)
-            g, gclip = self._noisy_grad(q_new, gbound)
+            q_new += eta * pot.velocity(p)
+            g, gclip = self._noisy_grad(q_new)
             gclips.append(gclip)
             p += (eta if i < self.n_steps - 1 else 0.5 * eta) * g
             if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p))):
                 finite = False
                 break
 
-        diverging, accepted, log_alpha, sigma, clip = True, False, -np.inf, np.nan, np.nan
+        diverging, log_alpha, sigma, clip = True, -np.inf, np.nan, np.nan
+        q_next, accepted = q, False
         if finite:
             dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
-            bound = self.llr_clip * dist if not self._nonprivate else 1e300
+            bound = self.llr_clip * dist
             out = self._ratio(q_new, q, np.asarray(bound))
-            llr, prior_new = self.tempering * float(out[0]), float(out[1])
-            sigma = 2.0 * self.tempering * self._s_l * self.llr_clip * dist
-            noisy_llr = llr + sigma * self.rng.standard_normal()
-            kinetic = 0.5 * (p0 @ self._velocity(p0) - p @ self._velocity(p))
-            delta_h = noisy_llr + prior_new - self._prior_cur + kinetic  # privatised
+            t = self.tempering
+            prior_new = float(out[1])
+            log_ratio, sigma = self._test.log_ratio(
+                self._noise, t * float(out[0]), 2.0 * t * bound, self._scale
+            )
+            kinetic = pot.energy(p0) - pot.energy(p)
+            delta_h = log_ratio + 0.5 * sigma**2 + prior_new - prior_cur + kinetic  # privatised
             diverging = not np.isfinite(delta_h) or abs(delta_h) > self.max_energy_error
             if not diverging:
                 log_alpha = delta_h - 0.5 * sigma**2
-                accepted = bool(np.log(self.rng.uniform()) < log_alpha)
+                q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
             if self.diagnostics:
                 clip = float(out[2])
-            if accepted:
-                self._q_cached, self._prior_cur = q_new, prior_new
 
         stats = {
             "accepted": accepted,
@@ -277,9 +219,8 @@ class DPHMC(DPStep):
             "noise_std": sigma,
             "step_size": eta,
             "diverging": bool(diverging),
-            **self._privacy_stats(),
         }
         if self.diagnostics:
             stats["clip_fraction"] = clip
             stats["grad_clip_fraction"] = float(np.mean(gclips))
-        return RaveledVars(q_new if accepted else q, q0.point_map_info), [stats]
+        return q_next, stats

@@ -35,13 +35,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
 
-from pymc_dp.accounting._validate import check_positive
-from pymc_dp.accounting.ledger import SubsampledGaussianMechanism
-from pymc_dp.step_methods.minibatch import MinibatchDPStep, Sampling
-from pymc_dp.step_methods.penalty import check_tempering, penalty_decision
-from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
+from pymc_dp.mechanisms import SubsampledPenaltyTest
+from pymc_dp.step_methods.base import Stat
+from pymc_dp.step_methods.minibatch import Sampling, check_batch, draw_batch
+from pymc_dp.step_methods.penalty import PenaltyMetropolis
+from pymc_dp.step_methods.proposals import Proposal
 
 __all__ = ["DPMinibatchPenalty", "batch_release", "release_sensitivity"]
 
@@ -65,7 +64,7 @@ def release_sensitivity(bound: float, scale: float, q: float, sampling: str) -> 
     return 2.0 * scale * bound + variance_term * (scale * bound) ** 2
 
 
-class DPMinibatchPenalty(MinibatchDPStep):
+class DPMinibatchPenalty(PenaltyMetropolis):
     r"""Differentially private penalty Metropolis-Hastings on minibatches.
 
     Parameters
@@ -88,8 +87,9 @@ class DPMinibatchPenalty(MinibatchDPStep):
     sampling : {"fixed_size", "poisson"}
         ``"fixed_size"``: accounted with dp-accounting's RDP for sampling without replacement
         (Wang, Balle & Kasiviswanathan 2019, Thm 27). ``"poisson"``: with its PLD accountant
-        (tight up to discretisation). Both under replace-one neighbours.
-    epsilon, delta, noise_multiplier, chains, diagnostics, row_dim
+        (tight up to discretisation). Both under replace-one neighbours. Batches are drawn from
+        the chain's secret noise source (:mod:`~pymc_dp.step_methods.minibatch`).
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`. ``noise_multiplier`` is
         :math:`s = \sigma / c`, the thesis' :math:`\sqrt{\tau}`.
 
@@ -120,13 +120,10 @@ class DPMinibatchPenalty(MinibatchDPStep):
     """
 
     name = "dp_minibatch_penalty"
-    releasable_stats: ClassVar[dict] = {
-        **MinibatchDPStep.releasable_stats,
-        "accept_prob": (np.float64, []),
-        "noise_std": (np.float64, []),
+    stats: ClassVar[dict[str, Stat]] = {
+        **PenaltyMetropolis.stats,
+        "batch_size": Stat(np.int64),
     }
-    diagnostic_stats: ClassVar[dict] = {"clip_fraction": (np.float64, [])}
-    stats_dtypes_shapes = releasable_stats
 
     def __init__(
         self,
@@ -140,27 +137,25 @@ class DPMinibatchPenalty(MinibatchDPStep):
         sampling: Sampling = "fixed_size",
         **kwargs,
     ) -> None:
-        check_positive(llr_clip, "llr_clip")
-        self.tempering = check_tempering(tempering)
-        super().__init__(vars, batch_size=batch_size, sampling=sampling, **kwargs)
-        self._proposal = RandomWalkProposal(proposal_scale, self.likelihood.dim, proposal)
-        self.llr_clip = float(llr_clip)
-        self.proposal_scale = self._proposal.scale
-        self.proposal = proposal
+        super().__init__(
+            vars,
+            llr_clip=llr_clip,
+            proposal_scale=proposal_scale,
+            proposal=proposal,
+            tempering=tempering,
+            **kwargs,
+        )
+        self.batch_size = check_batch(batch_size, self.n_rows, sampling)
+        self.sampling = sampling
+        self._test = self.mechanisms()[0]
         self._kernel = self.likelihood.ratio_kernel(
             batch=True, squares=True, diagnostics=self.diagnostics
         )
 
-    # ------------------------------------------------------------------ accounting
-    def _mechanisms(self, noise: float | None, iterations: int) -> tuple:
+    def mechanisms(self) -> tuple[SubsampledPenaltyTest]:
         return (
-            SubsampledGaussianMechanism(
-                "batch log-likelihood ratio minus half its variance estimate",
-                noise_multiplier=float(noise),
-                dataset_size=self.n_rows,
-                batch_size=self.batch_size,
-                count=int(iterations),
-                sampling=self.sampling,
+            SubsampledPenaltyTest(
+                dataset_size=self.n_rows, batch_size=self.batch_size, sampling=self.sampling
             ),
         )
 
@@ -170,30 +165,16 @@ class DPMinibatchPenalty(MinibatchDPStep):
         bound = self.llr_clip * float(step_length)
         return release_sensitivity(bound, self.tempering / q, q, self.sampling)
 
-    def setup_chain(self, rng, tune: int, draws: int) -> None:
-        super().setup_chain(rng, tune, draws)
-        self._proposal.reset(self.rng)
-        self._q_cached = None
-
-    # ------------------------------------------------------------------ kernel
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        q = q0.data
-        b, q_rate = self.batch_size, self.batch_size / self.n_rows
-        if self._q_cached is None or not np.array_equal(self._q_cached, q):
-            # a ratio of q with itself on no rows: only the (public) prior is computed
-            empty = np.zeros(0, dtype=np.int64)
-            self._prior_cur = float(self._kernel(q, q, np.zeros(()), empty)[1])
-            self._q_cached = q.copy()
-        q_new, j = self._proposal(self.rng, q)
-        idx = self._draw_batch()
-        dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
+        b, rate = self.batch_size, self.batch_size / self.n_rows
+        idx = draw_batch(self._noise.generator, self.n_rows, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(self.llr_clip * dist), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
-        lam, var_b = batch_release(
-            total, squares, b, self.tempering / q_rate, q_rate, self.sampling
-        )
-        sigma = self._s * self.sensitivity(dist)
-        released = lam - 0.5 * var_b + sigma * self.rng.standard_normal()
-        log_alpha = released - 0.5 * sigma**2 + prior_new - self._prior_cur
+        lam, var_b = batch_release(total, squares, b, self.tempering / rate, rate, self.sampling)
         clip = float(out[3]) if self.diagnostics else None
-        return penalty_decision(self, q0, q_new, j, log_alpha, prior_new, sigma, clip)
+        return lam - 0.5 * var_b, prior_new, self.sensitivity(dist), clip
+
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        q_next, stats = super()._iterate(q)
+        stats["batch_size"] = self.batch_size
+        return q_next, stats

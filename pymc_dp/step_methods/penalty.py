@@ -16,51 +16,78 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
 
 from pymc_dp.accounting._validate import check_positive
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.mechanisms import PenaltyTest
+from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
 from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
 
-__all__ = ["DPPenalty", "check_tempering", "penalty_decision"]
+__all__ = ["DPPenalty", "PenaltyMetropolis", "check_tempering"]
 
 
 def check_tempering(tempering: float) -> float:
-    if not (np.isfinite(tempering) and 0 < tempering <= 1):
+    t = check_positive(tempering, "tempering")
+    if t > 1:
         raise ValueError(f"`tempering` must be in (0, 1], got {tempering}")
-    return float(tempering)
+    return t
 
 
-def penalty_decision(
-    step: DPStep,
-    q0: RaveledVars,
-    q_new: np.ndarray,
-    j: int,
-    log_alpha: float,
-    prior_new: float,
-    sigma: float,
-    clip_fraction: float | None,
-) -> tuple[RaveledVars, list[dict]]:
-    """Accept or reject on a privatised log acceptance ratio; update the step's cached prior and
-    proposal state; return ``astep``'s result with the privatised stats."""
-    if not np.isfinite(log_alpha):  # outside the prior's support, or divergent
-        log_alpha = -np.inf
-    accepted = bool(np.log(step.rng.uniform()) < log_alpha)
-    if accepted:
-        step._q_cached, step._prior_cur = q_new, prior_new
-    step._proposal.update(j, accepted)
-    stats = {
-        "accepted": accepted,
-        "accept_prob": float(np.exp(min(0.0, log_alpha))),
-        "noise_std": sigma,
-        **step._privacy_stats(),
+class PenaltyMetropolis(DPStep):
+    """Shared anatomy of the penalty-test Metropolis steps (full data and minibatch).
+
+    A subclass sets ``self._test`` (its :class:`~pymc_dp.mechanisms.PenaltyTest`) and implements
+    :meth:`_ratio`: the (unprivatised) log-likelihood ratio it releases, the prior at the
+    proposal, the release's sensitivity, and the exact clip fraction (diagnostics only).
+    """
+
+    stats: ClassVar[dict[str, Stat]] = {
+        **PRIVACY_STATS,
+        "accept_prob": Stat(np.float64),
+        "noise_std": Stat(np.float64),
+        "clip_fraction": Stat(np.float64, releasable=False),
     }
-    if clip_fraction is not None:
-        stats["clip_fraction"] = clip_fraction
-    return RaveledVars(q_new if accepted else q0.data, q0.point_map_info), [stats]
+
+    def __init__(
+        self,
+        vars: Sequence | None,
+        *,
+        llr_clip: float,
+        proposal_scale: float | np.ndarray,
+        proposal: Proposal,
+        tempering: float,
+        **kwargs,
+    ) -> None:
+        self.llr_clip = check_positive(llr_clip, "llr_clip")
+        self.tempering = check_tempering(tempering)
+        super().__init__(vars, **kwargs)
+        self._proposal = RandomWalkProposal(proposal_scale, self.likelihood.dim, proposal)
+        self.proposal_scale = self._proposal.scale
+        self.proposal = proposal
+
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
+        """``(value to release, log prior(q_new), sensitivity, clip fraction or None)``."""
+        raise NotImplementedError
+
+    def _reset_chain(self) -> None:
+        self._proposal.reset(self.rng)
+
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        prior_cur = self._prior_at(q)
+        q_new, j = self._proposal(self.rng, q)
+        dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
+        value, prior_new, sensitivity, clip = self._ratio(q_new, q, dist)
+        log_ratio, sigma = self._test.log_ratio(self._noise, value, sensitivity, self._scale)
+        log_alpha = log_ratio + prior_new - prior_cur
+        q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
+        self._proposal.update(j, accepted)
+        prob = float(np.exp(min(0.0, log_alpha))) if np.isfinite(log_alpha) else 0.0
+        stats = {"accepted": accepted, "accept_prob": prob, "noise_std": sigma}
+        if clip is not None:
+            stats["clip_fraction"] = clip
+        return q_next, stats
 
 
-class DPPenalty(DPStep):
+class DPPenalty(PenaltyMetropolis):
     r"""Differentially private penalty Metropolis-Hastings.
 
     Parameters
@@ -82,8 +109,10 @@ class DPPenalty(DPStep):
         rejection (Yildirim & Ermis 2019, section 4.2).
     tempering : float
         :math:`T \in (0, 1]`: the likelihood is raised to the power T (Raisa 2021, Thm 12).
-    epsilon, delta, noise_multiplier, chains, diagnostics, row_dim
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`.
+    row_dim, row_axes, public
+        See :func:`pymc_dp.graph.analyse`.
 
     Notes
     -----
@@ -104,12 +133,10 @@ class DPPenalty(DPStep):
     """
 
     name = "dp_penalty"
-    releasable_stats: ClassVar[dict] = {
-        **DPStep.releasable_stats,
-        "noise_std": (np.float64, []),
+    stats: ClassVar[dict[str, Stat]] = {
+        **PenaltyMetropolis.stats,
+        "dp_mu": Stat(np.float64),
     }
-    diagnostic_stats: ClassVar[dict] = {"clip_fraction": (np.float64, [])}
-    stats_dtypes_shapes = releasable_stats
 
     def __init__(
         self,
@@ -121,43 +148,23 @@ class DPPenalty(DPStep):
         tempering: float = 1.0,
         **kwargs,
     ) -> None:
-        check_positive(llr_clip, "llr_clip")
-        self.tempering = check_tempering(tempering)
-        super().__init__(vars, **kwargs)
-        self._proposal = RandomWalkProposal(proposal_scale, self.likelihood.dim, proposal)
-        self.llr_clip = float(llr_clip)
-        self.proposal_scale = self._proposal.scale
-        self.proposal = proposal
+        super().__init__(
+            vars,
+            llr_clip=llr_clip,
+            proposal_scale=proposal_scale,
+            proposal=proposal,
+            tempering=tempering,
+            **kwargs,
+        )
+        self._test = PenaltyTest()
         self._kernel = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
 
-    # ------------------------------------------------------------------ accounting
-    def _base_noise_multipliers(self) -> dict[str, float]:
-        return {"log-likelihood ratio": self.noise_multiplier or 1.0}
+    def mechanisms(self) -> tuple[PenaltyTest]:
+        return (PenaltyTest(),)
 
-    def _releases_per_iteration(self) -> dict[str, int]:
-        return {"log-likelihood ratio": 1}
-
-    def _set_noise(self, multipliers: dict[str, float]) -> None:
-        self._s = multipliers["log-likelihood ratio"]
-
-    def setup_chain(self, rng, tune: int, draws: int) -> None:
-        super().setup_chain(rng, tune, draws)
-        self._proposal.reset(self.rng)
-        self._q_cached = None
-
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        q = q0.data
-        if self._q_cached is None or not np.array_equal(self._q_cached, q):
-            # ratio of q with itself is 0 and no data is released; only its prior is used
-            self._prior_cur = float(self._kernel(q, q, np.zeros(()))[1])
-            self._q_cached = q.copy()
-        q_new, j = self._proposal(self.rng, q)
-        dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
         bound = self.llr_clip * dist
         out = self._kernel(q_new, q, np.asarray(bound))
-        llr, prior_new = float(out[0]) * self.tempering, float(out[1])
-        sigma = self._s * 2.0 * self.tempering * bound
-        noisy_llr = llr + sigma * self.rng.standard_normal()
-        log_alpha = noisy_llr - 0.5 * sigma**2 + prior_new - self._prior_cur
         clip = float(out[2]) if self.diagnostics else None
-        return penalty_decision(self, q0, q_new, j, log_alpha, prior_new, sigma, clip)
+        t = self.tempering
+        return t * float(out[0]), float(out[1]), 2.0 * t * bound, clip

@@ -1,0 +1,677 @@
+"""The one rule for what is private: a PyMC model read by node identity.
+
+Every DP mechanism of pymc-dp, every output filter and every refusal asks this module, and nothing
+else, which parts of a model hold private data. The rule:
+
+* **Observed values are private**, and so is every ``pm.Data`` container or non-scalar constant
+  that reaches an observed variable's log-density (covariates such as ``X`` in ``X @ beta``),
+  unless a ``pm.Data`` container is declared public. "Reaches" is decided on the PyTensor graph,
+  by node identity; PyMC embeds a NumPy array as a fresh constant at each use, so constants are
+  also matched by value (same dtype, shape and bytes).
+* **Rows.** One row = one person. The rows of an observed variable are its leading axis, or the
+  model dim ``row_dim``. The row axis of every other private input is read from its ``pm.Data``
+  dims, or given by ``row_axes``, or inferred when exactly one of its axes has the row length; an
+  inference is accepted only if the likelihood is *row-local* with it (below). Inputs with no axis
+  of the row length enter the likelihood as fixed parameters (``kind == "fixed"``): they are
+  listed by :meth:`ModelGraph.describe` and must not be computed from the private data.
+* **Row-local likelihood.** Row i's log-likelihood must depend on row i of the private inputs
+  only, or replacing one person would move every term and the per-row clipping would not bound
+  the sensitivity. This is checked by evaluating the per-row log-likelihood of a subset of rows
+  two ways, on the full inputs and on the inputs indexed to the subset; a likelihood that
+  standardises ``X`` by ``X.mean()`` inside the model, or that reads ``y[i - 1]``, fails.
+* **Refused**: free variables whose prior reads private data, potentials that read it, missing
+  values that PyMC would impute, ``pm.Minibatch`` data, and observed values outside the support of
+  their distribution (one such row would make a chain freeze: one unaccounted bit about a person).
+* **Dropped from outputs**: deterministics that depend on private data through any path.
+
+This module analyses graphs; :mod:`pymc_dp.likelihood` compiles kernels from the analysis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pymc.data import MinibatchOp
+from pymc.model import Model, modelcontext
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
+from pytensor.compile.rewriting import inline_ofg_node
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace, graph_replace
+from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
+from pytensor.tensor.type import TensorType
+
+__all__ = [
+    "DataInput",
+    "ModelGraph",
+    "analyse",
+    "analyse_simulator",
+    "batch_graph",
+    "value_ancestors",
+]
+
+#: Python linker, no rewrites: compiles in milliseconds; used only for the checks in this module.
+_CHECK_MODE = Mode(linker="py", optimizer=None)
+#: Rows compared by the row-locality check (a public, fixed choice).
+_LOCALITY_ROWS = 24
+
+InputKind = Literal["observed", "row", "fixed"]
+
+
+@dataclass(frozen=True, eq=False)
+class DataInput:
+    """A private input of the likelihood.
+
+    Attributes
+    ----------
+    var : Variable
+        The graph node: a constant, a ``pm.Data`` container, or an observed value node.
+    label : str
+        How errors name it (``pm.Data`` name, ``"observed 'y'"`` or the constant's shape).
+    kind : {"observed", "row", "fixed"}
+        Observed values; per-row inputs (covariates); fixed inputs without rows.
+    row_axis : int or None
+        The axis that indexes people (None for fixed inputs).
+    """
+
+    var: Variable
+    label: str
+    kind: InputKind
+    row_axis: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class ObservedRows:
+    """One observed variable: its value node, row axis and (n,) per-row log-likelihood term."""
+
+    name: str
+    value: Variable
+    row_axis: int
+    term: Variable
+
+
+def _is_data_node(var: Variable) -> bool:
+    """A root constant or shared tensor (not an RNG): where PyMC keeps data."""
+    return (
+        var.owner is None
+        and isinstance(var, Constant | SharedVariable)
+        and isinstance(var.type, TensorType)
+    )
+
+
+def _value_of(var: Variable) -> np.ndarray:
+    if isinstance(var, SharedVariable):
+        return np.asarray(var.get_value(borrow=True))
+    if isinstance(var, Constant):
+        return np.asarray(var.data)
+    fn = pytensor.function([], var, mode=_CHECK_MODE)
+    return np.asarray(fn())
+
+
+def _signature(value: np.ndarray) -> tuple:
+    """Value identity of a constant: shape and a digest of its values (as float64 if numeric)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "biuf":  # int data embedded as float elsewhere is the same data
+        arr = arr.astype(np.float64)
+    arr = np.ascontiguousarray(arr)
+    return (arr.shape, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
+
+
+def _signatures(value: np.ndarray) -> list[tuple]:
+    """Signatures of an array and of its transpose (graph rewrites transpose constants)."""
+    return [_signature(value)] + ([_signature(value.T)] if value.ndim == 2 else [])
+
+
+def _label(var: Variable) -> str:
+    if isinstance(var, SharedVariable) and var.name:
+        return f"pm.Data {var.name!r}"
+    return f"a constant array of shape {_value_of(var).shape}"
+
+
+def value_ancestors(outputs: Sequence[Variable], stop: Iterable[Variable] = ()) -> list[Variable]:
+    """Ancestors whose *values* the outputs read: a walk that does not enter ``Shape`` ops
+    (``Xd.shape[0]`` reads the public row count of ``Xd``, not its values) nor the ``stop``
+    variables (e.g. free random variables, whose own graphs are their priors)."""
+    seen = {id(v) for v in stop}
+    out: list[Variable] = []
+    stack = [v for v in outputs if id(v) not in seen]
+    while stack:
+        var = stack.pop()
+        if id(var) in seen:
+            continue
+        seen.add(id(var))
+        out.append(var)
+        node = var.owner
+        if node is not None and not isinstance(node.op, Shape | Shape_i):
+            stack.extend(node.inputs)
+    return out
+
+
+def _inline_op_from_graph(outputs: list[Variable]) -> list[Variable]:
+    """Replace every ``OpFromGraph`` node by a copy of its inner graph (repeatedly: nested)."""
+    for _ in range(20):
+        nodes = [n for n in io_toposort([], outputs) if isinstance(n.op, OpFromGraph)]
+        if not nodes:
+            return outputs
+        replace = {}
+        for node in nodes:
+            replace.update(zip(node.outputs, inline_ofg_node(node), strict=True))
+        outputs = graph_replace(outputs, replace, strict=False)
+    raise RuntimeError("OpFromGraph nesting deeper than 20 levels")  # pragma: no cover
+
+
+def batch_graph(
+    outputs: Sequence[Variable],
+    inputs: Mapping[Variable, int],
+    idx: Variable,
+    stop: Sequence[Variable] = (),
+) -> list[Variable]:
+    """Rebuild ``outputs`` with every input ``x`` (row axis ``a``) replaced by ``take(x, idx, a)``.
+
+    PyMC's logp graphs pin the row count in shape-only ops: ``SpecifyShape`` asserts and an
+    ``Alloc`` that broadcasts the element-wise logp to the (already full) observed shape. Both are
+    no-ops on the full data, so they are dropped before the swap. Inner graphs (e.g. the
+    ``logaddexp`` of mixtures) fix their input types to the full row count: they are inlined.
+    ``stop`` are variables the walk treats as inputs (parameters).
+    """
+    outputs = _inline_op_from_graph(list(outputs))
+    pinned = {}
+    for node in io_toposort([*stop, *inputs], outputs):
+        x = node.inputs[0] if node.inputs else None
+        out = node.outputs[0] if node.outputs else None
+        if isinstance(node.op, SpecifyShape):
+            pinned[out] = x
+        elif isinstance(node.op, Alloc) and x.type.ndim == out.type.ndim:
+            same = x.type.shape == out.type.shape and None not in x.type.shape
+            if same or all(s != 1 for s in x.type.shape):
+                pinned[out] = x
+    if pinned:
+        outputs = graph_replace(outputs, pinned, strict=False)
+    replace = {
+        x: (x[idx] if axis == 0 else pt.take(x, idx, axis=axis)) for x, axis in inputs.items()
+    }
+    return clone_replace(outputs, replace=replace, rebuild_strict=False)
+
+
+@dataclass
+class ModelGraph:
+    """What a PyMC model releases about its data, by node identity (see the module docstring).
+
+    Build it with :func:`analyse`. ``rows`` is the (n,) per-row log-likelihood and ``prior`` the
+    log prior (with the log-Jacobian of the transforms, plus potentials), both as graphs of the
+    model's value variables.
+    """
+
+    model: Model
+    n_rows: int
+    row_dim: str | None
+    observed: tuple[ObservedRows, ...]
+    inputs: tuple[DataInput, ...]
+    rows: Variable | None
+    prior: Variable | None
+    private_deterministics: tuple[str, ...]
+    likelihood_vars: tuple[str, ...]
+    _shared: frozenset[int] = field(default_factory=frozenset, repr=False)
+    _constants: frozenset[tuple] = field(default_factory=frozenset, repr=False)
+
+    @property
+    def row_inputs(self) -> tuple[DataInput, ...]:
+        """Private inputs with a row axis (observed values and per-row covariates)."""
+        return tuple(i for i in self.inputs if i.row_axis is not None)
+
+    @property
+    def batch_inputs(self) -> dict[Variable, int]:
+        """Root data nodes with their row axis: indexing these to a batch batches the rows."""
+        return {i.var: i.row_axis for i in self.row_inputs if i.var.owner is None}
+
+    @property
+    def row_dim_names(self) -> frozenset[str]:
+        """Model dims that index people (their coordinates may identify them)."""
+        dims_of = self.model.named_vars_to_dims
+        names = {self.row_dim} if self.row_dim else set()
+        for o in self.observed:
+            dims = dims_of.get(o.name) or ()
+            if len(dims) > o.row_axis:
+                names.add(dims[o.row_axis])
+        for i in self.row_inputs:
+            dims = dims_of.get(getattr(i.var, "name", None) or "", ()) or ()
+            if isinstance(i.var, SharedVariable) and len(dims) > i.row_axis:
+                names.add(dims[i.row_axis])
+        return frozenset(names)
+
+    def is_private(self, var: Variable) -> bool:
+        """Whether ``var`` is a private data node (by identity, constants also by value)."""
+        if isinstance(var, SharedVariable):
+            return id(var) in self._shared
+        if isinstance(var, Constant) and isinstance(var.type, TensorType) and var.type.ndim > 0:
+            return _signature(np.asarray(var.data)) in self._constants
+        return any(var is i.var for i in self.inputs if i.kind != "fixed")
+
+    def private_nodes(
+        self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()
+    ) -> list[Variable]:
+        """The private data nodes whose values ``outputs`` read (not through ``stop``)."""
+        inputs = {id(i.var) for i in self.inputs}
+        return [
+            var
+            for var in value_ancestors(outputs, stop)
+            if (var.owner is None or id(var) in inputs) and self.is_private(var)
+        ]
+
+    def private_reads(
+        self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()
+    ) -> list[str]:
+        """Labels of the private inputs whose values ``outputs`` read (not through ``stop``)."""
+        labels = {id(i.var): i.label for i in self.inputs}
+        return sorted({labels.get(id(v)) or _label(v) for v in self.private_nodes(outputs, stop)})
+
+    def describe(self) -> str:
+        """A table of what is private and how, for the user to check."""
+        lines = [
+            f"{self.n_rows} rows (one per person)"
+            + (f", dim {self.row_dim!r}" * bool(self.row_dim))
+        ]
+        for i in self.inputs:
+            where = f"row axis {i.row_axis}" if i.row_axis is not None else "no rows: fixed"
+            lines.append(f"  {i.kind:<8} {i.label} ({where})")
+        if self.private_deterministics:
+            lines.append(
+                "  deterministics dropped (read private data): "
+                + ", ".join(self.private_deterministics)
+            )
+        return "\n".join(lines)
+
+
+def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...]:
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    out = []
+    for rv, term in zip(model.observed_RVs, terms, strict=True):
+        value = model.rvs_to_values[rv]
+        shape = _value_of(value).shape
+        if len(shape) == 0:
+            raise ValueError(
+                f"Observed variable '{rv.name}' is a scalar: it has no rows. DP samplers need one "
+                "row per person along the leading axis (or the dim `row_dim`)."
+            )
+        axis = 0
+        if row_dim is not None:
+            dims = tuple(model.named_vars_to_dims.get(rv.name, ()) or ())
+            if row_dim not in dims:
+                raise ValueError(
+                    f"`row_dim`={row_dim!r} is not a dim of observed variable '{rv.name}' "
+                    f"(its dims: {dims})."
+                )
+            axis = dims.index(row_dim)
+        if shape[axis] == 0:
+            raise ValueError(f"Observed variable '{rv.name}' has no rows (empty data).")
+        if term.ndim == 0:
+            raise ValueError(
+                f"The log-likelihood of '{rv.name}' does not have one entry per row; DP samplers "
+                "need an element-wise log-likelihood."
+            )
+        if term.ndim > axis and axis != 0:
+            term = pt.moveaxis(term, axis, 0)
+        if term.ndim > 1:
+            term = term.sum(axis=tuple(range(1, term.ndim)))
+        out.append(ObservedRows(rv.name, value, axis, term))
+    lengths = {o.name: _value_of(o.value).shape[o.row_axis] for o in out}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(
+            f"Observed variables have different numbers of rows {lengths}; pass `row_dim=` naming "
+            "the dim that indexes people."
+        )
+    return tuple(out)
+
+
+def _check_model(model: Model) -> None:
+    observed = {rv.name for rv in model.observed_RVs}
+    imputed = [
+        rv.name
+        for rv in model.free_RVs
+        if rv.name.endswith("_unobserved")
+        and rv.name[: -len("_unobserved")] + "_observed" in observed
+    ]
+    if imputed:
+        base = [n[: -len("_unobserved")] for n in imputed]
+        raise ValueError(
+            f"Observed variable(s) {base} contain missing values (NaN): missing values are "
+            "imputed by PyMC, which reads them exactly. Drop or impute them beforehand."
+        )
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values[rv]
+        nodes = list(ancestors([value]))
+        if any(
+            n.owner is not None and isinstance(n.owner.op, MinibatchOp | RandomVariable)
+            for n in nodes
+        ):
+            raise ValueError(
+                f"Observed variable '{rv.name}' reads pm.Minibatch data. pm.Minibatch draws rows "
+                "with a graph RNG that no privacy accountant sees: give the full data and use a "
+                "minibatch DP step (pdp.DPMinibatchPenalty or pdp.DPBarker), which draw and "
+                "account for the batches."
+            )
+
+
+def _candidate_axes(value: np.ndarray, n: int) -> list[int]:
+    if value.size <= 1:
+        return []
+    return [a for a, s in enumerate(value.shape) if s == n]
+
+
+def _dims_axis(model: Model, var: Variable, row_dim: str | None, obs_dim: str | None) -> int | None:
+    if not isinstance(var, SharedVariable) or not var.name:
+        return None
+    dims = tuple(model.named_vars_to_dims.get(var.name, ()) or ())
+    for dim in (row_dim, obs_dim):
+        if dim is not None and dim in dims:
+            return dims.index(dim)
+    return None
+
+
+def _forward_inputs(model: Model, rvs: Sequence[Variable]) -> list[Variable]:
+    """What the model's own graph of ``rvs`` reads, cut at the free variables (their priors)."""
+    free = [*model.free_RVs, *model.value_vars]
+    return value_ancestors([i for rv in rvs for i in rv.owner.inputs], free)
+
+
+def _shared_ids(inputs: Sequence[DataInput]) -> frozenset[int]:
+    return frozenset(id(i.var) for i in inputs if isinstance(i.var, SharedVariable))
+
+
+def _constant_signatures(inputs: Sequence[DataInput]) -> frozenset[tuple]:
+    return frozenset(
+        sig
+        for i in inputs
+        if i.kind != "fixed" and isinstance(i.var, Constant)
+        for sig in _signatures(np.asarray(i.var.data))
+    )
+
+
+class _Collector:
+    """Classifies the data nodes of graphs: observed, per-row (with its axis) or fixed."""
+
+    def __init__(self, model, n, row_dim, obs_dim, row_axes, public, validate) -> None:
+        self.model, self.n, self.row_dim, self.obs_dim = model, n, row_dim, obs_dim
+        self.row_axes, self.public, self.validate = row_axes, public, validate
+
+    def classify(self, var: Variable, same_as: DataInput | None = None) -> DataInput:
+        n, value, label = self.n, _value_of(var), _label(var)
+        axis = _dims_axis(self.model, var, self.row_dim, self.obs_dim)
+        if axis is None and same_as is not None and value.shape == _value_of(same_as.var).shape:
+            axis = same_as.row_axis
+        if axis is None and isinstance(var, SharedVariable) and var.name in self.row_axes:
+            axis = int(self.row_axes[var.name])
+            if not -value.ndim <= axis < value.ndim or value.shape[axis] != n:
+                raise ValueError(
+                    f"`row_axes` gives axis {axis} for {label} of shape {value.shape}, which "
+                    f"does not have the row length n = {n}."
+                )
+            axis %= value.ndim
+        if axis is None:
+            candidates = _candidate_axes(value, n)
+            if len(candidates) > 1 and not self.validate:
+                return DataInput(var, label, "row", None)  # private; its rows are not needed
+            if len(candidates) > 1:
+                raise ValueError(
+                    f"{label} reaches the likelihood and has several axes of the row length "
+                    f"n = {n}: which one indexes people is ambiguous. Give it dims (pm.Data with "
+                    "dims including the observed variable's row dim) or `row_axes={name: axis}`."
+                )
+            axis = candidates[0] if candidates else None
+        return DataInput(var, label, "row" if axis is not None else "fixed", axis)
+
+    def __call__(
+        self, observed: Sequence[tuple[Variable, str, int]], graphs: Sequence[list[Variable]]
+    ) -> list[DataInput]:
+        inputs = [DataInput(value, label, "observed", axis) for value, label, axis in observed]
+        seen = {id(i.var) for i in inputs}
+
+        def add(var: Variable, same_as: DataInput | None = None) -> None:
+            if id(var) in seen or not _is_data_node(var) or _value_of(var).size <= 1:
+                return  # scalars and length-1 arrays are structure, not data
+            if isinstance(var, SharedVariable) and var.name in self.public:
+                return
+            seen.add(id(var))
+            inputs.append(self.classify(var, same_as))
+
+        for obs in inputs[: len(observed)]:  # data under observed values, e.g. Cast(pm.Data)
+            for var in ancestors([obs.var]):
+                add(var, obs)
+        for nodes in graphs:
+            for var in nodes:
+                add(var)
+        return inputs
+
+
+def analyse(
+    model: Model | None = None,
+    *,
+    row_dim: str | None = None,
+    row_axes: Mapping[str, int] | None = None,
+    public: Iterable[str] = (),
+    validate: bool = True,
+) -> ModelGraph:
+    """Read a model's private inputs, rows and the variables that read them.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        Default: the model on the context stack.
+    row_dim : str, optional
+        The model dim that indexes people, when the observed variables' leading axes differ.
+    row_axes : dict, optional
+        ``{pm.Data name: axis}`` for private inputs whose row axis cannot be inferred (e.g. a
+        square array, or covariates stored transposed without dims).
+    public : iterable of str
+        Names of ``pm.Data`` containers that are public (e.g. a grid, per-column scales); they
+        are neither private nor checked.
+    validate : bool
+        Refuse what DP sampling cannot run (the refusals in the module docstring: priors reading
+        data, non-finite or out-of-support data, a likelihood that is not row-local, ambiguous
+        row axes). ``False`` only classifies what is private (for filtering outputs).
+
+    Raises
+    ------
+    ValueError
+        For every refusal listed in the module docstring, naming the variable or input, never
+        printing data values or row indices.
+    """
+    model = modelcontext(model)
+    if not model.observed_RVs:
+        raise ValueError(
+            "The model has no observed variable: there is no private data to protect. Use "
+            "pm.sample without a DP step."
+        )
+    if validate:
+        _check_model(model)
+    public = set(public)
+    row_axes = dict(row_axes or {})
+    unknown = (public | set(row_axes)) - {v.name for v in model.data_vars}
+    if unknown:
+        raise ValueError(
+            f"`public`/`row_axes` name {sorted(unknown)}, which are not pm.Data containers."
+        )
+    observed = _observed_rows(model, row_dim)
+    n = int(_value_of(observed[0].value).shape[observed[0].row_axis])
+    rows = observed[0].term
+    for o in observed[1:]:
+        rows = rows + o.term
+    first_dims = tuple(model.named_vars_to_dims.get(observed[0].name, ()) or ())
+    obs_dim = first_dims[observed[0].row_axis] if first_dims else None
+    collect = _Collector(model, n, row_dim, obs_dim, row_axes, public, validate)
+    inputs = collect(
+        [(o.value, f"observed {o.name!r}", o.row_axis) for o in observed],
+        # the logp graph (whose rewrites can copy constants, e.g. transposed), then the model's
+        # own graph of the observed variables
+        [value_ancestors([rows]), _forward_inputs(model, model.observed_RVs)],
+    )
+    graph = ModelGraph(
+        model=model,
+        n_rows=n,
+        row_dim=row_dim,
+        observed=observed,
+        inputs=tuple(inputs),
+        rows=rows,
+        prior=_prior(model),
+        private_deterministics=(),
+        likelihood_vars=(),
+        _shared=_shared_ids(inputs),
+        _constants=_constant_signatures(inputs),
+    )
+    graph.private_deterministics = _private_deterministics(graph)
+    graph.likelihood_vars = tuple(v.name for v in model.value_vars if v in set(ancestors([rows])))
+    if validate:
+        _check_priors_and_potentials(graph)
+        _check_finite(graph)
+        _check_support(graph)
+        _check_row_local(graph)
+    return graph
+
+
+def analyse_simulator(model: Model, rv: Variable) -> ModelGraph:
+    """What is private in a model whose likelihood is the ``pm.Simulator`` ``rv`` (ABCDP).
+
+    The observed value (rows on its leading axis) and the data its simulator reads are private
+    by the same rule as :func:`analyse`; there is no per-row log-likelihood (``rows`` is None).
+    """
+    value = model.rvs_to_values[rv]
+    n = int(_value_of(value).shape[0])
+    collect = _Collector(model, n, None, None, {}, set(), validate=False)
+    inputs = collect([(value, f"observed {rv.name!r}", 0)], [_forward_inputs(model, [rv])])
+    graph = ModelGraph(
+        model=model,
+        n_rows=n,
+        row_dim=None,
+        observed=(),
+        inputs=tuple(inputs),
+        rows=None,
+        prior=None,
+        private_deterministics=(),
+        likelihood_vars=(),
+        _shared=_shared_ids(inputs),
+        _constants=_constant_signatures(inputs),
+    )
+    graph.private_deterministics = _private_deterministics(graph)
+    return graph
+
+
+def _prior(model: Model) -> Variable:
+    terms = [model.logp(vars=model.free_RVs, jacobian=True)]
+    terms += [pt.sum(p) for p in model.replace_rvs_by_values(model.potentials)]
+    return pt.add(*terms) if len(terms) > 1 else terms[0]
+
+
+def _check_priors_and_potentials(graph: ModelGraph) -> None:
+    model = graph.model
+    free = list(model.free_RVs)
+    terms = model.logp(vars=free, sum=False) if free else []
+    for rv, term in zip(free, terms, strict=True):
+        # the model's own prior graph (before logp rewrites fold constants) and the logp term
+        others = [v for v in free if v is not rv]
+        reads = graph.private_reads(rv.owner.inputs, stop=others) + graph.private_reads([term])
+        if reads:
+            raise ValueError(
+                f"The prior of free variable '{rv.name}' reads private data "
+                f"({', '.join(sorted(set(reads)))}). A prior is evaluated exactly, without noise: "
+                "write it with public constants (e.g. not mu=y.mean())."
+            )
+    pots = model.potentials
+    for pot, g in zip(pots, model.replace_rvs_by_values(pots), strict=True):
+        reads = graph.private_reads([pot], stop=free) + graph.private_reads([g])
+        if reads:
+            raise ValueError(
+                f"Potential '{pot.name}' reads private data ({', '.join(sorted(set(reads)))}). "
+                "Potentials are treated as public prior terms; write the likelihood as observed "
+                "variables so it can be clipped and privatised."
+            )
+
+
+def _private_deterministics(graph: ModelGraph) -> tuple[str, ...]:
+    model = graph.model
+    if not model.deterministics:
+        return ()
+    graphs = model.replace_rvs_by_values(model.deterministics)
+    return tuple(
+        det.name
+        for det, g in zip(model.deterministics, graphs, strict=True)
+        if graph.private_reads([det], stop=model.free_RVs) or graph.private_reads([g])
+    )
+
+
+def _check_finite(graph: ModelGraph) -> None:
+    for i in graph.inputs:
+        value = _value_of(i.var)
+        if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
+            raise ValueError(
+                f"Data {i.label} contains NaN or inf values; DP samplers need finite data "
+                "(impute, drop or clip rows before modelling)."
+            )
+
+
+def _check_support(graph: ModelGraph) -> None:
+    """Every observed value inside its distribution's support, checked at the initial point."""
+    model = graph.model
+    point = model.initial_point()
+    fn = pytensor.function(
+        model.value_vars,
+        [o.term for o in graph.observed],
+        mode=_CHECK_MODE,
+        on_unused_input="ignore",
+    )
+    values = fn(*[point[v.name] for v in model.value_vars])
+    for o, v in zip(graph.observed, values, strict=True):
+        if not np.all(np.isfinite(v)):
+            raise ValueError(
+                f"Observed variable '{o.name}' has values outside the support of its distribution "
+                "(its log-density is -inf or NaN at the model's initial point). Correct or drop "
+                "those rows before modelling: one such row would change how the sampler behaves, "
+                "which no privacy accountant sees."
+            )
+
+
+def _check_row_local(graph: ModelGraph) -> None:
+    """Per-row log-likelihood of a subset of rows, full versus indexed inputs (module docstring)."""
+    model = graph.model
+    n = graph.n_rows
+    idx = pt.vector("idx", dtype="int64")
+    (batched,) = batch_graph([graph.rows], graph.batch_inputs, idx, stop=model.value_vars)
+    fn = pytensor.function(
+        [*model.value_vars, idx],
+        [graph.rows, batched],
+        mode=_CHECK_MODE,
+        on_unused_input="ignore",
+    )
+    rng = np.random.default_rng(20261123)  # public: which rows and points are compared
+    point = model.initial_point()
+    for k in range(2):
+        sub = np.sort(rng.choice(n, size=min(n, _LOCALITY_ROWS), replace=False)).astype(np.int64)
+        args = [
+            np.asarray(point[v.name]) + (0.3 * k * rng.standard_normal(np.shape(point[v.name])))
+            for v in model.value_vars
+        ]
+        try:
+            full, part = fn(*args, sub)
+            ok = np.shape(part) == (sub.size,) and np.allclose(
+                full[sub], part, rtol=1e-8, atol=1e-10, equal_nan=True
+            )
+        except Exception:  # noqa: BLE001 - a shape error is a failed check
+            ok = False
+        if not ok:
+            names = ", ".join(i.label for i in graph.row_inputs)
+            raise ValueError(
+                "The log-likelihood of one row depends on other rows (checked by evaluating a "
+                f"subset of rows with the inputs {names} indexed to it). Replacing one person "
+                "would then move every row's term, and clipping would not bound the privacy "
+                "loss. Compute aggregates such as X.mean() from public constants, outside the "
+                "model; or, if an input's row axis was inferred wrongly, give `row_axes`."
+            )
