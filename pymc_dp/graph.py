@@ -389,11 +389,13 @@ def _shared_ids(inputs: Sequence[DataInput]) -> frozenset[int]:
 
 
 def _constant_signatures(inputs: Sequence[DataInput]) -> frozenset[tuple]:
+    """Value signatures of the private data, so that a constant copy of it is recognised (the
+    values of private pm.Data containers included)."""
     return frozenset(
         sig
         for i in inputs
-        if i.kind != "fixed" and isinstance(i.var, Constant)
-        for sig in _signatures(np.asarray(i.var.data))
+        if i.var.owner is None and (i.kind != "fixed" or isinstance(i.var, SharedVariable))
+        for sig in _signatures(_value_of(i.var))
     )
 
 
@@ -531,6 +533,7 @@ def analyse(
     graph.private_deterministics = _private_deterministics(graph)
     graph.likelihood_vars = tuple(v.name for v in model.value_vars if v in set(ancestors([rows])))
     if validate:
+        _check_inputs_hold_no_other_rows(graph)
         _check_priors_and_potentials(graph)
         _check_finite(graph)
         _check_support(graph)
@@ -569,6 +572,77 @@ def _prior(model: Model) -> Variable:
     terms = [model.logp(vars=model.free_RVs, jacobian=True)]
     terms += [pt.sum(p) for p in model.replace_rvs_by_values(model.potentials)]
     return pt.add(*terms) if len(terms) > 1 else terms[0]
+
+
+def _mostly_in(values: np.ndarray, data: np.ndarray) -> bool:
+    """Most of many distinct float values are values of ``data``: a copy, a lag or a subset of
+    it (continuous values do not coincide by chance; coded values such as 0/1 are skipped)."""
+    distinct = np.unique(values)
+    if distinct.size < max(3, values.size // 2):
+        return False
+    return bool(np.mean(np.isin(values, data)) > 0.5)
+
+
+def _columns(value: np.ndarray, axis: int) -> list[np.ndarray]:
+    v = np.moveaxis(value, axis, 0)
+    return list(v.reshape(v.shape[0], -1).T)
+
+
+def _check_inputs_hold_no_other_rows(graph: ModelGraph) -> None:
+    """Inputs must not carry other people's data into a row: not without rows (every row would
+    read them), and a per-row covariate must not be a shifted copy of an observed variable (a
+    lag puts one person into two rows). The second check compares float values (defence in
+    depth: it cannot see every transformation)."""
+    observed = [
+        col
+        for i in graph.inputs
+        if i.kind == "observed" and _value_of(i.var).dtype.kind == "f"
+        for col in _columns(_value_of(i.var), i.row_axis)
+    ]
+    observed_values = np.concatenate(observed) if observed else np.zeros(0)
+    for i in graph.inputs:
+        value = _value_of(i.var)
+        if i.kind != "row" or value.dtype.kind != "f" or not observed:
+            continue
+        for col in _columns(value, i.row_axis):
+            aligned = any(np.array_equal(col, o) for o in observed)
+            if not aligned and _mostly_in(col, observed_values):
+                raise ValueError(
+                    f"{i.label} holds values of the observed data in other rows (a lag or a "
+                    "shift): one person would enter two rows' terms, and the per-row privacy "
+                    "analysis would not hold. Lagged data cannot be privatised row by row."
+                )
+    private_floats: np.ndarray | None = None
+    for i in graph.inputs:
+        if i.kind != "fixed":
+            continue
+        if isinstance(i.var, SharedVariable):
+            raise ValueError(
+                f"{i.label} reaches the likelihood but has no axis of the row length n = "
+                f"{graph.n_rows}: every row's term would read all of it. If it holds data about "
+                "people, its rows must line up with the observed rows (give it the row dim, or "
+                f"`row_axes`); if it is public (e.g. a grid or known scales), declare it with "
+                f"public=[{i.var.name!r}]."
+            )
+        value = _value_of(i.var)
+        if value.dtype.kind != "f":
+            continue
+        if private_floats is None:
+            private_floats = np.concatenate(
+                [
+                    _value_of(j.var).ravel()
+                    for j in graph.inputs
+                    if j.kind != "fixed" and _value_of(j.var).dtype.kind == "f"
+                ]
+                or [np.zeros(0)]
+            )
+        if private_floats.size and _mostly_in(value.ravel(), private_floats):
+            raise ValueError(
+                f"{i.label} reaches the likelihood without rows, and every value in it is a "
+                "value of the private data (a lag, a subset, or a copy): every row's term would "
+                "read other people's data. Lagged or aggregated data cannot be privatised row by "
+                "row."
+            )
 
 
 def _check_priors_and_potentials(graph: ModelGraph) -> None:
@@ -628,7 +702,7 @@ def _check_support(graph: ModelGraph) -> None:
         mode=_CHECK_MODE,
         on_unused_input="ignore",
     )
-    values = fn(*[point[v.name] for v in model.value_vars])
+    values = fn(*[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars])
     for o, v in zip(graph.observed, values, strict=True):
         if not np.all(np.isfinite(v)):
             raise ValueError(
@@ -640,38 +714,48 @@ def _check_support(graph: ModelGraph) -> None:
 
 
 def _check_row_local(graph: ModelGraph) -> None:
-    """Per-row log-likelihood of a subset of rows, full versus indexed inputs (module docstring)."""
+    """Replacing one person's row may change that row's log-likelihood term only.
+
+    Evaluated on the data with row ``j`` of every per-row input replaced by row ``k`` (pairs from
+    a fixed public generator, at two public parameter points): every other term must stay the
+    same. A likelihood that standardises by ``X.mean()`` or reads ``y[i - 1]`` fails.
+    """
     model = graph.model
-    n = graph.n_rows
-    idx = pt.vector("idx", dtype="int64")
-    (batched,) = batch_graph([graph.rows], graph.batch_inputs, idx, stop=model.value_vars)
+    inputs = [i for i in graph.row_inputs if i.var.owner is None]
+    syms = [i.var.type() for i in inputs]
+    rows = clone_replace(graph.rows, dict(zip([i.var for i in inputs], syms, strict=True)))
     fn = pytensor.function(
-        [*model.value_vars, idx],
-        [graph.rows, batched],
-        mode=_CHECK_MODE,
-        on_unused_input="ignore",
+        [*model.value_vars, *syms], rows, mode=_CHECK_MODE, on_unused_input="ignore"
     )
+    values = [_value_of(i.var) for i in inputs]
     rng = np.random.default_rng(20261123)  # public: which rows and points are compared
     point = model.initial_point()
-    for k in range(2):
-        sub = np.sort(rng.choice(n, size=min(n, _LOCALITY_ROWS), replace=False)).astype(np.int64)
+    n = graph.n_rows
+    for trial in range(4):
+        jitter = 0.3 * (trial % 2)  # continuous variables only
         args = [
-            np.asarray(point[v.name]) + (0.3 * k * rng.standard_normal(np.shape(point[v.name])))
+            np.asarray(point[v.name], dtype=v.dtype)
+            + (jitter * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
             for v in model.value_vars
         ]
-        try:
-            full, part = fn(*args, sub)
-            ok = np.shape(part) == (sub.size,) and np.allclose(
-                full[sub], part, rtol=1e-8, atol=1e-10, equal_nan=True
-            )
-        except Exception:  # noqa: BLE001 - a shape error is a failed check
-            ok = False
-        if not ok:
-            names = ", ".join(i.label for i in graph.row_inputs)
+        j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
+        moved = []
+        for i, v in zip(inputs, values, strict=True):
+            w = np.array(v, copy=True)
+            src = np.take(v, [k], axis=i.row_axis)
+            idx = [slice(None)] * v.ndim
+            idx[i.row_axis] = slice(j, j + 1)
+            w[tuple(idx)] = src
+            moved.append(w)
+        base, out = fn(*args, *values), fn(*args, *moved)
+        changed = ~np.isclose(base, out, rtol=1e-9, atol=1e-12, equal_nan=True)
+        changed[j] = False
+        if np.any(changed):
+            names = ", ".join(i.label for i in inputs)
             raise ValueError(
-                "The log-likelihood of one row depends on other rows (checked by evaluating a "
-                f"subset of rows with the inputs {names} indexed to it). Replacing one person "
-                "would then move every row's term, and clipping would not bound the privacy "
-                "loss. Compute aggregates such as X.mean() from public constants, outside the "
-                "model; or, if an input's row axis was inferred wrongly, give `row_axes`."
+                "The log-likelihood of one row depends on other rows (checked by replacing one "
+                f"person's row of {names}). Replacing one person would then move other rows' "
+                "terms, and clipping would not bound the privacy loss. Compute aggregates such "
+                "as X.mean() from public constants, outside the model; or, if an input's row "
+                "axis was inferred wrongly, give `row_axes`."
             )

@@ -80,6 +80,7 @@ class PerRowLikelihood:
         model = modelcontext(model)
         self.model = model
         self._compile_kwargs = dict(compile_kwargs or {})
+        self.graph = graph or analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
         vars = list(model.value_vars if vars is None else vars)
         value_vars = set(model.value_vars)
         for v in vars:
@@ -93,7 +94,6 @@ class PerRowLikelihood:
                 f"DP samplers need continuous free variables; discrete free variables {discrete} "
                 "are not supported (marginalise them out, e.g. with pymc-extras)."
             )
-        self.graph = graph or analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
         self.vars = vars
         self.n_rows = self.graph.n_rows
         self._batch_inputs = self.graph.batch_inputs

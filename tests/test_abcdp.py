@@ -1,5 +1,5 @@
 """ABCDP (pymc_dp.abc): Park, Vinaroz & Jitkrittum (2021), Algorithm 1, Theorem 4.1, Lemma 4.1,
-Proposition 4.2, and the privacy contract of DESIGN.md for its output."""
+Proposition 4.2, and the privacy contract of docs/design.md for its output."""
 
 from __future__ import annotations
 
@@ -225,7 +225,7 @@ def test_random_features_estimate_the_exact_mmd():
 # --------------------------------------------------------------------------- the paper's toy
 @pytest.mark.slow
 def test_toy_private_error_close_to_nonprivate_and_far_below_prior():
-    """Park et al. (2021) Sec. 5.1 / REFERENCES.md: n = 5000, c = 10, threshold 0.1, Gaussian
+    """Park et al. (2021) Sec. 5.1 / docs/references.md: n = 5000, c = 10, threshold 0.1, Gaussian
     kernel with 100 random features and the paper's bandwidth 0.6 (a public choice), eps_total = 1
     with resampling. Reduced: T = 4000 (the SVT stops after ~1000) and R = 8 seeds.
 

@@ -1,4 +1,4 @@
-"""Tests for pymc_dp.accounting: pinned values (../shared/REFERENCES.md), independent routes
+"""Tests for pymc_dp.accounting: pinned values (docs/references.md), independent routes
 (50-digit mpmath, quadrature, dp-accounting), properties, robustness and validation."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ N_THESIS = 100_000
 
 
 # --------------------------------------------------------------------------------------------
-# Pins from REFERENCES.md, "Accounting pins" (Gaussian part and subsampled Gaussian part)
+# Pins from docs/references.md, "Accounting pins" (Gaussian part and subsampled Gaussian part)
 # --------------------------------------------------------------------------------------------
 
 
@@ -79,7 +79,7 @@ def test_pin_delta_table_vectorised():
 
 @pytest.mark.parametrize(
     ("mu", "eps"),
-    # REFERENCES.md prints the second mu as "1.1055556": the pinned eps belongs to 199/180 =
+    # docs/references.md prints the second mu as "1.1055556": the pinned eps belongs to 199/180 =
     # 1.10555...6 (5/9 + 0.55); the literal 1.1055556 gives 7.72708796, 2.4e-8 away.
     [(5 / 9, 5.1890366408), (199 / 180, 7.7270877763)],
 )

@@ -1,5 +1,5 @@
 """Tests for the DP Barker accounting (pymc_dp.accounting.barker) and the generic WBK19 Theorem 9
-amplification (pymc_dp.accounting.rdp.wor_subsampled_rdp): pins from ../shared/REFERENCES.md,
+amplification (pymc_dp.accounting.rdp.wor_subsampled_rdp): pins from docs/references.md,
 an independent 50-digit mpmath evaluation, properties, dp-accounting cross-checks, validation."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ B, N = 1000, 1_000_000
 
 
 # --------------------------------------------------------------------------------------------
-# Pins from REFERENCES.md, "DP Barker RDP"
+# Pins from docs/references.md, "DP Barker RDP"
 # --------------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ def _hmc(**kw):
 
 @pytest.mark.parametrize("eps,expected", [(1, 33), (2, 119), (4, 416), (6, 848)])
 def test_thesis_iteration_counts(easy_banana_model, eps, expected):
-    """REFERENCES.md: tau_l = .1, tau_g = .4, L = 10, n = 1e5, delta = 1e-6 -> 33/119/416/848."""
+    """docs/references.md: tau_l .1, tau_g .4, L 10, n 1e5, delta 1e-6 -> 33/119/416/848."""
     n = 100_000
     with easy_banana_model:
         step = _hmc(noise_multiplier=0.1 * np.sqrt(n), grad_noise_ratio=4.0, delta=1e-6, chains=1)
@@ -32,7 +32,7 @@ def test_thesis_iteration_counts(easy_banana_model, eps, expected):
 
 
 def test_penalty_thesis_iteration_counts(easy_banana_model):
-    """REFERENCES.md: DP penalty, tau = .1, n = 1e5, delta = 1e-6 -> 56/201/702/1431."""
+    """docs/references.md: DP penalty, tau = .1, n = 1e5, delta = 1e-6 -> 56/201/702/1431."""
     with easy_banana_model:
         step = pdp.DPPenalty(
             noise_multiplier=0.1 * np.sqrt(1e5), delta=1e-6, chains=1, llr_clip=2, proposal_scale=1

@@ -151,7 +151,7 @@ class TestBudget:
                 noise_seed=1,
                 progressbar=False,
             )
-        # REFERENCES.md: 50 releases at noise multiplier 30 spend eps = 0.99544 at delta 1e-6
+        # docs/references.md: 50 releases at noise multiplier 30 spend eps = 0.99544 at delta 1e-6
         assert pdp.privacy_report(idata).epsilon == pytest.approx(0.99544, abs=5e-6)
 
     def test_overspending_run_is_refused_before_touching_data(self, gaussian_model):
@@ -161,7 +161,7 @@ class TestBudget:
             )
         calls = []
         step._kernel = lambda *args: calls.append(args)  # any data access would be recorded
-        # 51 iterations need eps 1.00612 > 1 (REFERENCES.md)
+        # 51 iterations need eps 1.00612 > 1 (docs/references.md)
         with pytest.raises(pdp.PrivacyBudgetError, match="at most 50 iterations"):
             step.chains = 1
             step.setup_chain(np.random.default_rng(0), 1, 50)

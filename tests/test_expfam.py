@@ -37,7 +37,7 @@ SEED = 2018
 
 # ------------------------------------------------------------------------- truncated moments
 def test_truncated_exponential_moment_pin():
-    """REFERENCES.md pin: exponential rate 3.7 truncated to [0.05, 1]."""
+    """docs/references.md pin: exponential rate 3.7 truncated to [0.05, 1]."""
     fam = Exponential(bounds=(0.05, 1.0))
     log_q, mean, var = fam.truncated_moments([3.7])
     assert mean[0] == pytest.approx(0.291143, abs=5e-7)
@@ -356,10 +356,10 @@ def test_gibbs_argument_errors():
 # ------------------------------------------------------------------------- calibration
 CALIBRATION = {
     # Bernstein & Sheldon's three models at n = 1000, eps = 0.1; 500 burn-in + 1000 draws as in
-    # REFERENCES.md for the bounded families. The truncated sampler mixes ~20x slower (the latent
-    # s_hat is mostly noise at eps = 0.1): with 1000 draws the Monte Carlo error of each quantile
-    # alone moves the KS distance (measured 0.020 against 0.007 for the same posterior on a grid,
-    # M = 10000), so it runs 1000 + 4000.
+    # docs/references.md for the bounded families. The truncated sampler mixes ~20x slower (the
+    # latent s_hat is mostly noise at eps = 0.1): with 1000 draws the Monte Carlo error of each
+    # quantile alone moves the KS distance (measured 0.020 against 0.007 for the same posterior on
+    # a grid, M = 10000), so it runs 1000 + 4000.
     "binomial": (Binomial(), (10.0, 10.0), 500, 1000),
     "multinomial": (Multinomial(categories=3), (5.0, 5.0, 5.0), 500, 1000),
     "exponential": (Exponential(bounds=(0.0, 1.0)), (8.0, 2.0), 1000, 4000),
@@ -397,7 +397,9 @@ def test_gibbs_calibrated_and_naive_far_off_at_epsilon_001():
     )
     print(result.table())
     assert result.ks["gibbs"] < result.critical_value
-    assert result.ks["naive"] > 5 * result.critical_value  # measured 0.36 (REFERENCES.md: 0.36)
+    assert (
+        result.ks["naive"] > 5 * result.critical_value
+    )  # measured 0.36 (docs/references.md: 0.36)
 
 
 @pytest.mark.slow

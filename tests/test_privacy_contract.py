@@ -39,9 +39,7 @@ def regression():
 
 STEPS = {
     "penalty": lambda **kw: pdp.DPPenalty(llr_clip=3.0, proposal_scale=0.05, **kw),
-    "hmc": lambda **kw: pdp.DPHMC(
-        llr_clip=3.0, grad_clip=3.0, step_size=0.01, n_steps=3, **kw
-    ),
+    "hmc": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, step_size=0.01, n_steps=3, **kw),
     "barker": lambda **kw: pdp.DPBarker(
         batch_size=100, n0=50, proposal_scale=0.05, **{k: v for k, v in kw.items()}
     ),

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.spatial.distance import cdist, pdist
+from scipy.spatial.distance import pdist
 
 from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.evaluation import kernel_mean
 
 __all__ = ["Distance", "MMD", "SummaryDistance", "median_heuristic"]
 
@@ -183,15 +184,14 @@ class MMD(Distance):
         return self._random_features(x)
 
     def _exact(self, x: NDArray[np.float64]) -> DistanceFn:
-        gamma = 1.0 / (2.0 * self.bandwidth**2)
-        kxx = float(np.exp(-gamma * cdist(x, x, "sqeuclidean")).mean())
+        h = self.bandwidth
+        kxx = kernel_mean(x, x, h)  # the private data's term, computed once
 
         def rho(batch: Batch) -> NDArray[np.float64]:
             out = np.empty(len(batch))
             for i, y in enumerate(_rows(batch)):
-                kyy = np.exp(-gamma * cdist(y, y, "sqeuclidean")).mean()
-                kxy = np.exp(-gamma * cdist(x, y, "sqeuclidean")).mean()
-                out[i] = math.sqrt(max(kxx + kyy - 2.0 * kxy, 0.0))
+                value = kxx + kernel_mean(y, y, h) - 2.0 * kernel_mean(x, y, h)
+                out[i] = math.sqrt(max(value, 0.0))
             return out
 
         return rho

@@ -1,0 +1,340 @@
+"""Leaks found by the adversarial review (issue 11), one test each.
+
+Every test here failed on the code before the hardening (8cb37aa) and passes now: either the
+library refuses before reading data, or the output holds nothing private.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_dp as pdp
+from pymc_dp.noise import SNAP_GRID, NoiseSource
+
+N, D = 120, 3
+
+
+def _penalty(**kw):
+    kw.setdefault("epsilon", 2.0)
+    return pdp.DPPenalty(llr_clip=4.0, proposal_scale=0.05, **kw)
+
+
+def _run(model, step, **kw):
+    args = dict(draws=20, tune=5, chains=2, cores=1, progressbar=False, random_seed=1)
+    args.update(kw)
+    with model:
+        return pdp.sample(step=step, **args)
+
+
+def _all_floats(idata):
+    for node in idata.subtree:
+        for var in node.dataset.variables.values():
+            arr = np.asarray(var.values)
+            if arr.dtype.kind == "f":
+                yield arr.ravel()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, size=(N, D))
+    y = (rng.random(N) < 1 / (1 + np.exp(-X @ np.array([1.0, -1.0, 0.5])))).astype(int)
+    return X, y
+
+
+# ----------------------------------------------------------------- what is private: graph rule
+def test_transposed_covariates_cannot_leak_through_deterministics(data):
+    """Covariates stored (d, n) with beta @ X: fitted values and column sums are functions of
+    X; they were kept (the old rule looked for a leading axis of length n) and X was
+    recovered exactly from the draws."""
+    X, y = data
+    Xt = X.T.copy()
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Deterministic("fitted", beta @ Xt)
+        pm.Deterministic("colsums", pt.as_tensor(Xt).sum(axis=1))
+        pm.Deterministic("first_person", pt.as_tensor(Xt)[:, 0] * beta)
+        pm.Deterministic("beta_norm", pt.sqrt((beta**2).sum()))  # public
+        pm.Bernoulli("y", logit_p=beta @ Xt, observed=y)
+        step = _penalty()
+    assert step.likelihood.graph.row_inputs[-1].row_axis == 1  # rows found on axis 1
+    idata = _run(model, step)
+    assert set(idata.posterior.data_vars) == {"beta", "beta_norm"}
+    for arr in _all_floats(idata):
+        assert not np.isin(X[:5].ravel(), arr).any()
+        assert not np.isclose(arr, X.sum(axis=0)[0]).any()
+
+
+def test_ambiguous_row_axis_is_refused_not_guessed():
+    rng = np.random.default_rng(0)
+    Xs = rng.normal(size=(40, 40))  # d == n: which axis holds people?
+    with pm.Model() as model:
+        b = pm.Normal("b", shape=40)
+        pm.Normal("y", pt.as_tensor(Xs) @ b, 1.0, observed=rng.normal(size=40))
+    with model, pytest.raises(ValueError, match="ambiguous.*row_axes"):
+        _penalty()
+    with pm.Model(coords={"person": range(40), "k": range(40)}) as named:
+        Xd = pm.Data("X", Xs, dims=("k", "person"))  # stored transposed, named: no ambiguity
+        b = pm.Normal("b", shape=40)
+        pm.Normal("y", b @ Xd, 1.0, observed=rng.normal(size=40), dims="person")
+    with named:
+        step = _penalty()
+    assert {i.row_axis for i in step.likelihood.graph.row_inputs} == {0, 1}
+
+
+@pytest.mark.parametrize("where", ["prior", "potential"])
+def test_prior_or_potential_reading_private_data_is_refused(data, where):
+    X, y = data
+    with pm.Model() as model:
+        yd = pm.Data("yd", y.astype(float))
+        if where == "prior":
+            mu = pm.Normal("mu", mu=yd.mean(), sigma=1)
+        else:
+            mu = pm.Normal("mu", 0, 1)
+            pm.Potential("pull", -((yd - mu) ** 2).sum())
+        pm.Normal("obs", mu, 1, observed=yd)
+    name = "free variable 'mu'" if where == "prior" else "Potential 'pull'"
+    with model, pytest.raises(ValueError, match=name):
+        _penalty()
+
+
+def test_prior_reading_a_copy_of_the_data_is_refused(data):
+    """PyMC embeds each NumPy array as a new constant: private constants match by value."""
+    _, y = data
+    yf = y.astype(float)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", mu=pt.as_tensor(yf.copy()).mean(), sigma=1)
+        pm.Normal("obs", mu, 1, observed=yf)
+    with model, pytest.raises(ValueError, match="prior of free variable 'mu'"):
+        _penalty()
+
+
+def test_deterministics_reading_data_through_any_path_are_dropped(data):
+    X, y = data
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        obs = pm.Bernoulli("y", logit_p=Xd @ beta, observed=y)
+        pm.Deterministic("resid", obs - pm.math.sigmoid(Xd @ beta))  # through the observed RV
+        pm.Deterministic("xbar", Xd.mean(axis=0))  # through a container
+        pm.Deterministic("xsum", pt.as_tensor(X.copy()).sum())  # a copy of the data
+        pm.Deterministic("n_people", pt.as_tensor(Xd.shape[0]) * 1.0)  # the public row count
+        pm.Deterministic("odds", pt.exp(beta))
+        step = _penalty()
+    assert set(step.likelihood.graph.private_deterministics) == {"resid", "xbar", "xsum"}
+    idata = _run(model, step)
+    assert set(idata.posterior.data_vars) == {"beta", "n_people", "odds"}
+
+
+# ----------------------------------------------------------------- observed data forms
+def test_observed_pm_data_container_is_supported(data):
+    """pm.Data observed values (cast by PyMC) were refused with 'is a scalar: it has no rows'."""
+    X, y = data
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        yd = pm.Data("y_data", y)
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=Xd @ beta, observed=yd)
+        step = _penalty()
+    assert step.n_rows == N
+    labels = {i.label for i in step.likelihood.graph.inputs}
+    assert "pm.Data 'y_data'" in labels and "pm.Data 'X'" in labels
+    idata = _run(model, step)
+    assert set(idata.children) == {"posterior", "sample_stats"}
+
+
+def test_pm_minibatch_points_to_the_minibatch_steps(data):
+    X, y = data
+    with pm.Model() as model:
+        Xb, yb = pm.Minibatch(X, y.astype(float), batch_size=10)
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Normal("y", Xb @ beta, 1.0, observed=yb, total_size=N)
+    with model, pytest.raises(ValueError, match="DPMinibatchPenalty or pdp.DPBarker"):
+        _penalty()
+
+
+def test_missing_values_get_the_imputation_message(data):
+    X, y = data
+    yy = y.astype(float)
+    yy[7] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pm.Model() as model:
+            beta = pm.Normal("beta", 0, 2, shape=D)
+            pm.Bernoulli("y", logit_p=X @ beta, observed=yy)
+    with model, pytest.raises(ValueError, match="imputed by PyMC, which reads them exactly"):
+        _penalty()
+
+
+# ----------------------------------------------------------------- bad rows
+@pytest.mark.parametrize("case", ["bernoulli_2", "poisson_negative", "outside_truncation"])
+def test_out_of_support_rows_are_refused_without_printing_them(data, case):
+    """One row outside the support gave a -inf/NaN term and froze the chain iff that person was
+    present: an unaccounted bit. Now refused before the first release, naming the variable
+    but not the row or its value."""
+    X, y = data
+    yy = y.astype(float)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        if case == "bernoulli_2":
+            yy[17] = 2.0
+            pm.Bernoulli("y", logit_p=X @ beta, observed=yy.astype(int))
+        elif case == "poisson_negative":
+            yy[17] = -1.0
+            pm.Poisson("y", pm.math.exp(X @ beta), observed=yy.astype(int))
+        else:
+            yy = np.random.default_rng(0).uniform(0.1, 0.9, N)
+            yy[17] = 1.7
+            pm.Truncated("y", pm.Normal.dist(X @ beta, 1.0), lower=0.0, upper=1.0, observed=yy)
+    with model, pytest.raises(ValueError, match="outside the support") as err:
+        _penalty()
+    assert "'y'" in str(err.value) and "17" not in str(err.value) and "1.7" not in str(err.value)
+
+
+def test_kernels_bound_non_finite_rows():
+    """Second line of defence: a row whose term is -inf or NaN at some parameter value
+    contributes a data-independent value inside the clip bound (ratio) or zero (gradient)."""
+    x = np.array([0.2, 0.4, 0.9, 0.5])
+    with pm.Model() as model:
+        upper = pm.Uniform("upper", 0.5, 2.0)
+        pm.Uniform("x", 0.0, upper, observed=x)  # support depends on the parameter
+    lik = pdp.PerRowLikelihood(model)
+    q_in = lik.ravel({"upper_interval__": np.array(1.0)})
+    q_out = lik.ravel({"upper_interval__": np.array(-3.0)})
+    rows_out = lik.logp_rows(q_out)
+    assert not np.all(np.isfinite(rows_out))  # the row at 0.9 is outside [0, upper]
+    bound = 0.3
+    total, _ = lik.ratio_kernel()(q_out, q_in, np.asarray(bound))
+    assert np.isfinite(total) and abs(total) <= len(x) * bound
+    back, _ = lik.ratio_kernel()(q_in, q_out, np.asarray(bound))
+    assert np.isfinite(back) and abs(back) <= len(x) * bound
+    same, _ = lik.ratio_kernel()(q_out, q_out, np.asarray(bound))  # -inf - -inf = NaN -> 0
+    assert same == 0.0
+    g, _ = lik.grad_kernel()(q_out, np.asarray(bound))
+    assert np.all(np.isfinite(g)) and np.linalg.norm(g) <= len(x) * bound
+
+
+# ----------------------------------------------------------------- outputs and PyMC calls
+def test_person_coordinates_are_not_released():
+    """A per-person effect has the people's dim: its coordinates (names, ids) would publish who
+    is in the data."""
+    rng = np.random.default_rng(1)
+    ids = [f"patient-{i}" for i in range(30)]
+    with pm.Model(coords={"person": ids}) as model:
+        tau = pm.HalfNormal("tau", 1.0)
+        u = pm.Normal("u", 0, tau, dims="person")
+        pm.Normal("y", u, 1.0, observed=rng.normal(size=30), dims="person")
+        step = pdp.DPPenalty(epsilon=5.0, llr_clip=5.0, proposal_scale=0.05, proposal="ocu")
+    idata = _run(model, step)
+    assert list(idata.posterior.coords["person"].values) == list(range(30))
+
+
+def test_predictions_on_new_public_covariates(data):
+    X, y = data
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=Xd @ beta, observed=y, shape=Xd.shape[0])
+        step = _penalty()
+    idata = _run(model, step)
+    new = np.random.default_rng(9).uniform(-1, 1, size=(7, D))
+    pred = pdp.posterior_predictive(idata, model, new_data={"X": new}, random_seed=1)
+    assert set(pred.children) <= {"predictions", "predictions_constant_data"}
+    assert pred.predictions["y"].shape == (2, 20, 7)
+    np.testing.assert_array_equal(model["X"].get_value(), X)  # the model's data is restored
+    with pytest.raises(ValueError, match="would read private data"):
+        pdp.posterior_predictive(idata, model, new_data={})  # the private X is still bound
+    with pytest.raises(ValueError, match="not pm.Data"):
+        pdp.posterior_predictive(idata, model, new_data={"Z": new})
+
+
+def test_predictions_refuse_covariates_embedded_as_arrays(data):
+    X, y = data
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=X @ beta, observed=y)
+        step = _penalty()
+    idata = _run(model, step)
+    with pytest.raises(ValueError, match="would read private data"):
+        pdp.posterior_predictive(idata, model, new_data={})
+
+
+# ----------------------------------------------------------------- arguments
+@pytest.mark.parametrize(
+    "kw,error",
+    [
+        (dict(epsilon="1"), TypeError),
+        (dict(epsilon=True), TypeError),
+        (dict(epsilon=math.nan), ValueError),
+        (dict(epsilon=math.inf), ValueError),
+        (dict(epsilon=1.0, delta="0.001"), TypeError),
+        (dict(epsilon=1.0, delta=math.nan), ValueError),
+        (dict(noise_multiplier=True), TypeError),
+        (dict(epsilon=1.0, noise_seed=1.5), TypeError),
+    ],
+)
+def test_budget_arguments_must_be_real_numbers(data, kw, error):
+    X, y = data
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=X @ beta, observed=y)
+        name = next(iter(kw)) if len(kw) == 1 else list(kw)[1]
+        with pytest.raises(error, match=name):
+            pdp.DPPenalty(llr_clip=1.0, proposal_scale=0.1, **kw)
+
+
+def test_default_delta_is_small_and_recorded(data):
+    X, y = data
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=X @ beta, observed=y)
+        step = _penalty()
+    assert step.delta == 1e-6 < 0.1 / N  # 0.1 / n was the old default: 8e-4 here
+    idata = _run(model, step)
+    assert idata.attrs["pymc_dp_delta"] == 1e-6
+    assert "min(1e-6, 1 / (10 n))" in pdp.privacy_report(idata).delta_rule
+
+
+# ----------------------------------------------------------------- noise
+def test_released_values_carry_no_low_order_bits():
+    """Snapped releases: every output is an integer multiple of the grid sigma / 2^20, whatever
+    the input, so the floating-point pattern of x + noise cannot reveal x (Mironov 2012)."""
+    noise = NoiseSource(4)
+    sens, s = 0.37, 3.0
+    sigma = noise.gaussian_std(sens, s)
+    grid = sigma / SNAP_GRID
+    for x in (0.1, 0.1 + 1e-12, 1234.5678, -7.0):
+        out = np.array([noise.gaussian(x, sens, s) for _ in range(200)])
+        np.testing.assert_array_equal(out, grid * np.rint(out / grid))  # grid * an integer
+    # the multiplier the accountant sees is exact: rounding widens sigma by a factor 1 + O(2^-20)
+    assert sigma == pytest.approx(s * sens * (1 + s / SNAP_GRID), rel=1e-9)
+    assert sigma > s * sens
+
+
+def test_minibatches_come_from_the_secret_noise(data, monkeypatch):
+    """Subsampling amplifies privacy only if nobody knows the batches: they were drawn from the
+    generator that random_seed reproduces."""
+    from pymc_dp.step_methods import minibatch_penalty
+
+    X, y = data
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Bernoulli("y", logit_p=X @ beta, observed=y)
+        step = pdp.DPMinibatchPenalty(batch_size=20, llr_clip=2.0, proposal_scale=0.05, epsilon=2.0)
+    used = []
+    real = minibatch_penalty.draw_batch
+
+    def spy(rng, *args):
+        used.append(rng)
+        return real(rng, *args)
+
+    monkeypatch.setattr(minibatch_penalty, "draw_batch", spy)
+    _run(model, step, chains=1)
+    assert used and all(rng is not step.rng for rng in used)
+    assert all(rng is step._noise.generator for rng in used[-5:])
