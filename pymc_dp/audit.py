@@ -33,8 +33,29 @@ When the threshold is not given it is chosen on a separate *calibration* half of
 that maximises the lower bound computed on that half) and the errors are counted on the other,
 independent, *evaluation* half only: choosing the threshold on the data it is evaluated on would
 make the confidence statement invalid (the maximum over thresholds of many bounds is biased up).
+On the calibration half the candidates are compared by their bounds at the Bonferroni level
+:math:`\alpha / m` for :math:`m` candidates (simultaneously valid for all of them), so that a
+threshold in a sparse tail whose few errors were lucky does not win: with the plain level, audits
+of mechanisms whose best tests are many (the Laplace mechanism: every threshold is optimal)
+occasionally picked such a threshold and certified almost nothing on the evaluation half (2 of 40
+seeds gave 0.02 and 0.05 instead of ~0.94 for a Laplace mechanism with epsilon = 1 at 1.2e4
+evaluation runs; with the corrected level all 40 gave 0.90-0.99, and audits of the Gaussian
+mechanism kept their median and lost their worst cases).
 
-This module is pure numpy/scipy; it does not import PyMC.
+Adapters turn the package's own mechanisms into audit mechanisms: :func:`penalty_release`
+(:class:`~pymc_dp.DPPenalty`, :class:`~pymc_dp.DPMinibatchPenalty`), :func:`gradient_release`
+(one noisy gradient of :class:`~pymc_dp.DPHMC`), :func:`barker_iteration`
+(:class:`~pymc_dp.DPBarker`), :func:`expfam_release` (:func:`pymc_dp.expfam.release`) and
+:func:`sparse_vector` (ABCDP's private stage); each carries the epsilon the package's accountant
+claims for what it runs (``mechanism.claimed_epsilon``, see also :func:`claimed_epsilon`) and the
+delta of that claim::
+
+    mech = pdp.audit.penalty_release(step0, step1, q, q_new)
+    result = pdp.audit.audit(mech, trials=200_000, delta=mech.delta,
+                             claimed_epsilon=mech.claimed_epsilon, seed=0)
+
+The core is pure numpy/scipy; the adapters import PyMC-dependent parts of the package only when
+called.
 
 References
 ----------
@@ -52,7 +73,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,14 +82,24 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from pymc_dp.accounting._validate import _as_float, check_count, check_delta, check_positive
+
 __all__ = [
     "AuditResult",
     "audit",
     "audit_gaussian",
+    "barker_iteration",
+    "claimed_epsilon",
     "clopper_pearson",
     "clopper_pearson_upper",
     "epsilon_lower_bound",
+    "expfam_release",
+    "first_acceptance",
     "gaussian_mechanism",
+    "gradient_release",
+    "one_iteration_plan",
+    "penalty_release",
+    "sparse_vector",
 ]
 
 Mechanism = Callable[[int, np.random.Generator], Any]
@@ -75,37 +107,20 @@ Statistic = Callable[[Any], float]
 
 
 # --------------------------------------------------------------------------------------------
-# Argument checks (kept local so this module has no dependency on the rest of the package)
+# Argument checks (the package's own, from pymc_dp.accounting._validate, which imports no PyMC;
+# check_delta(x, name) is its open-unit-interval check, also used for alpha and confidence)
 # --------------------------------------------------------------------------------------------
 
 
-def _check_unit_open(x: Any, name: str) -> float:
-    value = _as_float(x, name)
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"`{name}` must lie in (0, 1), got {x!r}")
-    return value
-
-
 def _check_delta(x: Any) -> float:
-    value = _as_float(x, "delta")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"`delta` must lie in [0, 1), got {x!r}")
-    return value
-
-
-def _as_float(x: Any, name: str) -> float:
-    if isinstance(x, bool | np.bool_) or np.ndim(x) != 0:
-        raise ValueError(f"`{name}` must be a real number, got {x!r}")
+    """``delta`` in [0, 1): unlike the accountant's :func:`check_delta`, the audit takes
+    ``delta = 0`` (a pure-DP claim)."""
+    if isinstance(x, numbers.Real) and not isinstance(x, bool) and x == 0:
+        return 0.0
     try:
-        return float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a real number, got {x!r}") from None
-
-
-def _check_int(x: Any, name: str, minimum: int) -> int:
-    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Integral) or x < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {x!r}")
-    return int(x)
+        return check_delta(x)
+    except ValueError:
+        raise ValueError(f"`delta` must be a number in [0, 1), got {x!r}") from None
 
 
 def _check_counts(k: ArrayLike, n: ArrayLike, k_name: str, n_name: str) -> tuple[NDArray, NDArray]:
@@ -158,7 +173,7 @@ def clopper_pearson(
     ----------
     Clopper & Pearson (1934), Biometrika 26(4).
     """
-    a = _check_unit_open(alpha, "alpha")
+    a = check_delta(alpha, "alpha")
     k_arr, n_arr = _check_counts(k, n, "k", "n")
     k_arr, n_arr = np.broadcast_arrays(k_arr, n_arr)
     lo = np.zeros(k_arr.shape)
@@ -188,7 +203,7 @@ def clopper_pearson_upper(
         this is :math:`1 - \alpha^{1/n}`: the bound never reaches 0, which is what caps the
         epsilon an audit with ``n`` runs can certify at about :math:`\log(n / \log(1/\alpha))`.
     """
-    a = _check_unit_open(alpha, "alpha")
+    a = check_delta(alpha, "alpha")
     k_arr, n_arr = _check_counts(k, n, "k", "n")
     k_arr, n_arr = np.broadcast_arrays(k_arr, n_arr)
     return _scalar_or_array(_cp_upper(k_arr, n_arr, a))
@@ -255,7 +270,7 @@ def epsilon_lower_bound(
         no runs).
     """
     dlt = _check_delta(delta)
-    conf = _check_unit_open(confidence, "confidence")
+    conf = check_delta(confidence, "confidence")
     fp, neg = _check_counts(false_positives, negatives, "false_positives", "negatives")
     fn, pos = _check_counts(false_negatives, positives, "false_negatives", "positives")
     if fp.ndim or fn.ndim:
@@ -429,8 +444,9 @@ def audit(
     threshold : float, optional
         Threshold of the test "D1 iff score > threshold". If given, all runs count errors. If
         None, the first ``trials // 2`` runs on each data set (made first: on D0, then on D1) are a
-        calibration set on which the threshold maximising the lower bound is chosen among
-        about ``grid_size`` candidate order statistics of the calibration scores; the errors are
+        calibration set on which the threshold maximising the lower bound (at the Bonferroni
+        level ``(1 - confidence) / m`` for the ``m`` candidates) is chosen among about
+        ``grid_size`` candidate order statistics of the calibration scores; the errors are
         then counted only on the remaining ``trials - trials // 2`` runs on each data set (made
         next: on D0, then on D1), so the bound keeps its confidence level.
     seed : int, Generator, SeedSequence or None
@@ -465,10 +481,10 @@ def audit(
     if statistic is not None and not callable(statistic):
         raise TypeError("`statistic` must be callable as statistic(output)")
     dlt = _check_delta(delta)
-    conf = _check_unit_open(confidence, "confidence")
+    conf = check_delta(confidence, "confidence")
     alpha = 1.0 - conf
-    n = _check_int(trials, "trials", 1 if threshold is not None else 2)
-    grid = _check_int(grid_size, "grid_size", 2)
+    n = check_count(trials, "trials", 1 if threshold is not None else 2)
+    grid = check_count(grid_size, "grid_size", 2)
     if claimed_epsilon is not None:
         claimed_epsilon = _as_float(claimed_epsilon, "claimed_epsilon")
         if not claimed_epsilon >= 0:
@@ -488,7 +504,8 @@ def audit(
         candidates = _candidate_thresholds(cal0, cal1, grid)
         fp_c, fn_c = _error_counts(cal0, cal1, candidates)
         n_c = np.full(candidates.shape, float(n_cal))
-        eps_c, _, _ = _bound_arrays(fp_c, n_c, fn_c, n_c, dlt, alpha)
+        # Bonferroni over the candidates: a lucky sparse tail does not win (module docstring).
+        eps_c, _, _ = _bound_arrays(fp_c, n_c, fn_c, n_c, dlt, alpha / candidates.size)
         threshold = float(candidates[int(np.argmax(eps_c))])
         del cal0, cal1  # the calibration runs play no further part
     # Evaluation runs: fresh, independent of the threshold.
@@ -555,11 +572,8 @@ def gaussian_mechanism(sensitivity: float, noise_std: float) -> Mechanism:
         Wang 2018), and its likelihood ratio is increasing in the output, so the default statistic
         (the output itself) gives the optimal tests.
     """
-    sens = _as_float(sensitivity, "sensitivity")
-    std = _as_float(noise_std, "noise_std")
-    for value, name in ((sens, "sensitivity"), (std, "noise_std")):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}")
+    sens = check_positive(sensitivity, "sensitivity")
+    std = check_positive(noise_std, "noise_std")
     return _GaussianMechanism(sens, std)
 
 
@@ -613,3 +627,623 @@ def audit_gaussian(
         seed=seed,
         grid_size=grid_size,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Adapters: the package's own mechanisms as audit() mechanisms
+# --------------------------------------------------------------------------------------------
+#
+# Each adapter returns a mechanism object for :func:`audit` with ``__call__(which, rng)``, a
+# ``batch(which, rng, size)`` method, and two attributes: ``claimed_epsilon`` (what the package's
+# accountant claims for exactly the release that is run, at ``delta``) and ``delta``. The step
+# adapters run the steps' own code (``_ratio`` and the penalty test, ``_noisy_grad``,
+# ``_iterate``) on a step built on D0 and a step built on D1, with every random draw taken from
+# the audit's generator: each batch of runs gets a secret NoiseSource seeded from it (successive
+# runs draw successive, independent noise from that stream) and the steps' own state (plan, noise
+# source, prior cache, proposal) is lent to the run and restored afterwards.
+
+
+@contextmanager
+def _lent(obj: Any, **attrs: Any) -> Iterator[None]:
+    """Set attributes of ``obj`` for the duration of a block; restore (or delete) them after."""
+    missing = object()
+    saved = {name: obj.__dict__.get(name, missing) for name in attrs}
+    try:
+        for name, value in attrs.items():
+            setattr(obj, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                obj.__dict__.pop(name, None)
+            else:
+                setattr(obj, name, value)
+
+
+class _CachedKernel:
+    """A compiled PyTensor kernel memoised on its inputs (the kernels are pure functions).
+
+    Outputs are copied in and out of the cache (PyTensor may reuse its output buffers), so a
+    cached call returns exactly what a fresh call would. A cache of at most ``maxsize`` entries:
+    minibatch kernels, whose row indices change on every call, simply miss.
+    """
+
+    def __init__(self, kernel: Callable, maxsize: int = 256) -> None:
+        self.kernel = kernel
+        self.maxsize = maxsize
+        self.cache: dict[tuple, list[np.ndarray]] = {}
+
+    def __call__(self, *args: Any) -> list[np.ndarray]:
+        key = tuple((a.dtype.str, a.shape, a.tobytes()) for a in map(np.asarray, args))
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = [np.array(o, copy=True) for o in self.kernel(*args)]
+            if len(self.cache) < self.maxsize:
+                self.cache[key] = hit
+        return [o.copy() for o in hit]
+
+
+def _check_which(which: Any) -> int:
+    if which not in (0, 1) or isinstance(which, bool):
+        raise ValueError(f"`which` must be 0 or 1, got {which!r}")
+    return int(which)
+
+
+def _point(step: Any, q: ArrayLike, name: str) -> NDArray:
+    """A raveled point of ``step``'s model, in the dtype its compiled kernels expect."""
+    arr = np.array(q, dtype=step.likelihood._q.dtype).reshape(-1)
+    if arr.shape != (step.likelihood.dim,) or not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"`{name}` must hold {step.likelihood.dim} finite value(s) (a raveled point of the "
+            f"model), got {q!r}"
+        )
+    return arr
+
+
+def one_iteration_plan(step: Any) -> Any:
+    """The run plan of one iteration of one chain of ``step``: ``step.plan(tune=0, draws=1,
+    chains=1)``.
+
+    Its ``scale`` is the noise a step built with ``epsilon`` calibrates for a single iteration,
+    and its ``ledger.epsilon`` is what the accountant claims for that iteration at
+    ``step.delta``.
+    """
+    return step.plan(tune=0, draws=1, chains=1)
+
+
+def claimed_epsilon(step: Any, plan: Any = None, *, release: str = "iteration") -> float:
+    r"""Epsilon the package's accountant claims (at ``step.delta``) for one audited release.
+
+    Parameters
+    ----------
+    step : DPStep
+        A DP step (:class:`~pymc_dp.DPPenalty`, :class:`~pymc_dp.DPMinibatchPenalty`,
+        :class:`~pymc_dp.DPHMC`, :class:`~pymc_dp.DPBarker`).
+    plan : RunPlan, optional
+        Plan whose noise knob ``plan.scale`` is audited (default: :func:`one_iteration_plan`).
+        Only its knob matters: the claim is for *one* iteration (or one gradient release) of
+        one chain at that knob, whatever the plan's length.
+    release : {"iteration", "gradient"}
+        ``"iteration"``: everything one iteration releases (what :func:`penalty_release` and
+        :func:`barker_iteration` audit). ``"gradient"``: a single noisy gradient of
+        :class:`~pymc_dp.DPHMC` (what :func:`gradient_release` audits), a Gaussian mechanism with
+        noise multiplier ``plan.scale * step.grad_noise_ratio``; an iteration makes
+        ``n_steps + 1`` of them plus one penalty test.
+
+    Returns
+    -------
+    float
+        The epsilon of that release computed by :func:`pymc_dp.runplan.run_ledger`, the accounting
+        the step's own ledger uses. Releases made once per run outside the iterations (a private
+        warm start) are not part of it.
+    """
+    import dataclasses
+
+    from pymc_dp.runplan import run_ledger
+
+    plan = one_iteration_plan(step) if plan is None else plan
+    if release == "iteration":
+        mechanisms = tuple(plan.mechanisms)
+    elif release == "gradient":
+        gradient = getattr(step, "_gradient", None)
+        if gradient is None:
+            raise ValueError(f"{type(step).__name__} makes no gradient releases")
+        mechanisms = (dataclasses.replace(gradient, per_iteration=1),)
+    else:
+        raise ValueError(f"`release` must be 'iteration' or 'gradient', got {release!r}")
+    return float(run_ledger(mechanisms, plan.scale, 1, 1, plan.delta).epsilon)
+
+
+class _StepRelease:
+    """Shared plumbing of the step adapters: two steps, one plan, lent state, cached kernels."""
+
+    #: Names of the compiled kernels (instance attributes of the step) that may be memoised.
+    kernels: tuple[str, ...] = ()
+
+    def __init__(self, step0: Any, step1: Any, plan: Any, cache_kernels: bool) -> None:
+        from pymc_dp.step_methods.base import DPStep
+
+        for step, name in ((step0, "step0"), (step1, "step1")):
+            if not isinstance(step, DPStep):
+                raise TypeError(f"`{name}` must be a DP step, got {type(step).__name__}")
+        if type(step0) is not type(step1):
+            raise TypeError(
+                f"the two steps must be the same mechanism, got {type(step0).__name__} and "
+                f"{type(step1).__name__}"
+            )
+        if step0.n_rows != step1.n_rows or step0.likelihood.dim != step1.likelihood.dim:
+            raise ValueError(
+                "replace-one neighbours have the same number of rows and the same parameters: "
+                f"got n = {step0.n_rows}, {step1.n_rows} and dim = {step0.likelihood.dim}, "
+                f"{step1.likelihood.dim}"
+            )
+        if step0.delta != step1.delta:
+            raise ValueError(f"the steps' deltas differ: {step0.delta} and {step1.delta}")
+        self.steps = (step0, step1)
+        self.plan = one_iteration_plan(step0) if plan is None else plan
+        self.delta = float(self.plan.delta)
+        self.cache_kernels = bool(cache_kernels)
+
+    def _lend(self, step: Any, rng: np.random.Generator) -> dict[str, Any]:
+        from pymc_dp.noise import NoiseSource
+
+        attrs: dict[str, Any] = {
+            "_plan": self.plan,
+            "_noise": NoiseSource(int(rng.integers(2**63))),
+        }
+        if self.cache_kernels:
+            attrs.update({k: _CachedKernel(getattr(step, k)) for k in self.kernels})
+        return attrs
+
+    def __call__(self, which: int, rng: np.random.Generator) -> float:
+        return float(self.batch(which, rng, 1)[0])
+
+    def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
+        step = self.steps[_check_which(which)]
+        with _lent(step, **self._lend(step, rng)):
+            return self._run(step, int(size))
+
+    def _run(self, step: Any, size: int) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+
+class _PenaltyRelease(_StepRelease):
+    kernels = ("_kernel",)
+
+    def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
+        from pymc_dp.step_methods.penalty import PenaltyMetropolis
+
+        if not isinstance(step0, PenaltyMetropolis):
+            raise TypeError(
+                "penalty_release audits DPPenalty or DPMinibatchPenalty, got "
+                f"{type(step0).__name__}"
+            )
+        super().__init__(step0, step1, plan, cache_kernels)
+        self.q = _point(step0, q, "q")
+        self.q_new = _point(step0, q_new, "q_new")
+        self.dist = float(np.sqrt(np.sum((self.q_new - self.q) ** 2)))
+        if self.dist == 0.0:
+            raise ValueError("`q_new` equals `q`: the ratio is 0 on every data set")
+        # What PenaltyMetropolis._iterate passes to _ratio: the per-row clip bound of this step
+        # (steps with _clip_norm), or the step length (steps whose _ratio scales it by llr_clip).
+        clip_norm = getattr(step0, "_clip_norm", None)
+        self.ratio_arg = float(clip_norm(self.q_new - self.q)) if clip_norm else self.dist
+        self.claimed_epsilon = claimed_epsilon(step0, self.plan)
+
+    def _run(self, step: Any, size: int) -> NDArray[np.float64]:
+        out = np.empty(size)
+        scale = step._scale
+        for i in range(size):
+            value, _, sensitivity, _ = step._ratio(self.q_new, self.q, self.ratio_arg)
+            log_ratio, sigma = step._test.log_ratio(step._noise, value, sensitivity, scale)
+            out[i] = log_ratio + 0.5 * sigma * sigma
+        return out
+
+    def __repr__(self) -> str:
+        return f"penalty_release({type(self.steps[0]).__name__}, dist={self.dist:.4g})"
+
+
+def penalty_release(
+    step0: Any,
+    step1: Any,
+    q: ArrayLike,
+    q_new: ArrayLike,
+    *,
+    plan: Any = None,
+    cache_kernels: bool = True,
+) -> Mechanism:
+    r"""The privatised log-likelihood ratio of a penalty step, as a mechanism for :func:`audit`.
+
+    One run computes the step's clipped (tempered) ratio of ``q_new`` against ``q``
+    (``step._ratio``; for :class:`~pymc_dp.DPMinibatchPenalty` on a batch drawn from the run's
+    secret noise, minus half its variance estimate) and privatises it with the step's penalty
+    test (``step._test.log_ratio``) at the noise knob of ``plan``: one iteration's release.
+
+    Parameters
+    ----------
+    step0, step1 : PenaltyMetropolis
+        The same step (class and arguments) built inside two models whose data are
+        replace-one neighbours :math:`D_0, D_1`. Orient them so that the ratio on
+        :math:`D_1` is the larger (or score with ``statistic=lambda r: -r``). Worst case for a
+        Gaussian mean model: one row at a far outlier, of opposite sign in the two data sets,
+        so that its clipped ratio is :math:`-b` on one and :math:`+b` on the other.
+    q, q_new : array_like
+        Current and proposed raveled points (``step.likelihood.dim`` values), ``q_new != q``.
+    plan : RunPlan, optional
+        The plan whose knob ``plan.scale`` sets the noise (default
+        :func:`one_iteration_plan` of ``step0``). Pass e.g.
+        ``dataclasses.replace(plan, scale=plan.scale / 2)`` to audit a broken variant, with
+        ``claimed_epsilon`` taken from the unbroken plan.
+    cache_kernels : bool, default True
+        Memoise the compiled ratio kernel on its inputs during a batch of runs (exact: kernels
+        are pure functions; the full-data ratio is then computed once per batch instead of once
+        per run). Minibatch kernels see new row indices on every run and are evaluated anew.
+
+    Returns
+    -------
+    callable
+        ``mechanism(which, rng) -> float``, the released ratio (the test's privatised ratio,
+        before the ``-sigma^2/2`` penalty); with ``batch``, ``claimed_epsilon`` (one iteration
+        at ``plan.scale``, :func:`claimed_epsilon`) and ``delta`` (the plan's).
+    """
+    return _PenaltyRelease(step0, step1, q, q_new, plan, cache_kernels)
+
+
+class _GradientRelease(_StepRelease):
+    kernels = ("_grad",)
+
+    def __init__(self, step0, step1, q, direction, plan, cache_kernels) -> None:
+        from pymc_dp.step_methods.hmc import DPHMC
+
+        if not isinstance(step0, DPHMC):
+            raise TypeError(f"gradient_release audits DPHMC, got {type(step0).__name__}")
+        super().__init__(step0, step1, plan, cache_kernels)
+        self.q = _point(step0, q, "q")
+        if direction is None:
+            sums = [
+                s.tempering * np.asarray(s._grad(self.q, np.asarray(s.grad_clip))[0])
+                for s in self.steps
+            ]
+            direction = sums[1] - sums[0]
+        u = np.array(direction, dtype=np.float64).reshape(-1)
+        norm = float(np.sqrt(np.sum(u * u)))
+        if u.shape != (step0.likelihood.dim,) or not (np.isfinite(norm) and norm > 0):
+            raise ValueError(
+                "`direction` must be a nonzero finite vector of the model's dimension (the "
+                "default, D1's clipped gradient sum minus D0's, is zero at this `q`)"
+            )
+        self.direction = u / norm
+        self.claimed_epsilon = claimed_epsilon(step0, self.plan, release="gradient")
+
+    def _run(self, step: Any, size: int) -> NDArray[np.float64]:
+        out = np.empty(size)
+        for i in range(size):
+            g, _ = step._noisy_grad(self.q)
+            out[i] = float(self.direction @ g)
+        return out
+
+    def __repr__(self) -> str:
+        return f"gradient_release(DPHMC, direction={self.direction!r})"
+
+
+def gradient_release(
+    step0: Any,
+    step1: Any,
+    q: ArrayLike,
+    direction: ArrayLike | None = None,
+    *,
+    plan: Any = None,
+    cache_kernels: bool = True,
+) -> Mechanism:
+    r"""One noisy gradient of :class:`~pymc_dp.DPHMC`, projected on a direction, for :func:`audit`.
+
+    One run is ``step._noisy_grad(q)``: the per-row gradients clipped to norm ``grad_clip``,
+    summed, tempered, plus Gaussian noise of multiplier ``plan.scale * grad_noise_ratio`` over
+    the sensitivity ``2 T grad_clip``, plus the exact prior gradient (public). Its claim is that
+    of one such Gaussian release (:func:`claimed_epsilon` with ``release="gradient"``), not of a
+    whole iteration (``n_steps + 1`` gradients and one penalty test).
+
+    Parameters
+    ----------
+    step0, step1 : DPHMC
+        The same step built on neighbouring data sets :math:`D_0, D_1`.
+    q : array_like
+        Raveled point at which the gradient is released.
+    direction : array_like, optional
+        The output is the projection of the noisy gradient on this direction (normalised).
+        Default: D1's clipped gradient sum minus D0's (computed exactly from the steps' kernels,
+        as an auditor who knows both data sets can), which makes the projection the likelihood
+        ratio statistic of the two Gaussian output distributions. For a worst-case pair its norm
+        is the sensitivity ``2 T grad_clip``.
+    plan, cache_kernels
+        As in :func:`penalty_release` (``cache_kernels`` memoises the gradient kernel).
+
+    Returns
+    -------
+    callable
+        ``mechanism(which, rng) -> float``, with ``batch``, ``claimed_epsilon``, ``delta`` and
+        ``direction`` (unit vector).
+    """
+    return _GradientRelease(step0, step1, q, direction, plan, cache_kernels)
+
+
+class _FixedProposal:
+    """A proposal that always proposes ``q_new`` (the audit fixes the public proposal)."""
+
+    def __init__(self, q_new: NDArray) -> None:
+        self.q_new = q_new
+
+    def __call__(self, rng: Any, q: NDArray) -> tuple[NDArray, int]:
+        return self.q_new.copy(), 0
+
+    def reset(self, rng: Any) -> None:
+        pass
+
+    def update(self, j: int, accepted: bool) -> None:
+        pass
+
+
+class _BarkerIteration(_StepRelease):
+    kernels = ("_kernel",)
+
+    def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
+        from pymc_dp.step_methods.barker import DPBarker
+
+        if not isinstance(step0, DPBarker):
+            raise TypeError(f"barker_iteration audits DPBarker, got {type(step0).__name__}")
+        super().__init__(step0, step1, plan, cache_kernels)
+        self.q = _point(step0, q, "q")
+        self.q_new = _point(step0, q_new, "q_new")
+        # The log prior at q is public (no data): computed once, as step._prior_at would.
+        self.prior = float(step0.likelihood.prior_value(self.q))
+        self.claimed_epsilon = claimed_epsilon(step0, self.plan)
+
+    def _lend(self, step: Any, rng: np.random.Generator) -> dict[str, Any]:
+        attrs = super()._lend(step, rng)
+        attrs.update(
+            _proposal=_FixedProposal(self.q_new),
+            _q_cached=self.q.copy(),
+            _prior_cur=self.prior,
+        )
+        return attrs
+
+    def _run(self, step: Any, size: int) -> NDArray[np.float64]:
+        out = np.empty(size)
+        for i in range(size):
+            # _iterate moves the prior cache to q_new on acceptance: reset it to q every run.
+            step._q_cached, step._prior_cur = self.q, self.prior
+            _, stats = step._iterate(self.q)
+            out[i] = float(stats["accepted"])
+        return out
+
+    def __repr__(self) -> str:
+        return "barker_iteration(DPBarker)"
+
+
+def barker_iteration(
+    step0: Any,
+    step1: Any,
+    q: ArrayLike,
+    q_new: ArrayLike,
+    *,
+    plan: Any = None,
+    cache_kernels: bool = True,
+) -> Mechanism:
+    r"""One iteration of :class:`~pymc_dp.DPBarker` from ``q`` proposing ``q_new``, for
+    :func:`audit`.
+
+    One run is ``step._iterate(q)`` with the (public) proposal fixed to ``q_new`` and the prior
+    cache at ``q``: a secret batch, the clipped batch ratio and variance estimate, the Gaussian
+    and correction noise, and the accept bit, which is the iteration's only release.
+
+    Parameters
+    ----------
+    step0, step1 : DPBarker
+        The same step built on neighbouring data sets; orient them so that :math:`D_1` accepts
+        more often (or score with ``statistic=lambda a: 1 - a``).
+    q, q_new : array_like
+        Current and proposed raveled points.
+    plan : RunPlan, optional
+        Default :func:`one_iteration_plan` (DP Barker has no noise knob: only the plan's
+        mechanisms matter for the claim).
+    cache_kernels : bool, default True
+        Memoise the batch ratio kernel (hits only when a batch repeats).
+
+    Returns
+    -------
+    callable
+        ``mechanism(which, rng) -> float``, 1.0 if accepted else 0.0; with ``batch``,
+        ``claimed_epsilon`` (one iteration, :func:`claimed_epsilon`) and ``delta``. A single
+        bit carries at most :math:`\log(p_1 / p_0)` of privacy loss for accept probabilities
+        :math:`p_0, p_1`, so expect a bound far below the claim.
+    """
+    return _BarkerIteration(step0, step1, q, q_new, plan, cache_kernels)
+
+
+class _ExpfamRelease:
+    def __init__(self, data0, data1, family, epsilon, direction, family_kwargs) -> None:
+        from pymc_dp.accounting._validate import check_epsilon
+        from pymc_dp.expfam.families import get_family
+        from pymc_dp.expfam.release import release
+
+        self.epsilon = check_epsilon(epsilon)
+        self.data = (np.asarray(data0), np.asarray(data1))
+        d0, d1 = self.data
+        if d0.shape != d1.shape or d0.ndim == 0:
+            raise ValueError(
+                f"replace-one neighbours have the same number of records, got shapes {d0.shape} "
+                f"and {d1.shape}"
+            )
+        differ = np.any((d0 != d1).reshape(d0.shape[0], -1), axis=1).sum()
+        if differ > 1:
+            raise ValueError(f"the data sets differ in {differ} records; neighbours differ in one")
+        self.family_kwargs = dict(family_kwargs)
+        options = {k: v for k, v in self.family_kwargs.items() if k != "bounds"}
+        fam = get_family(family, self.family_kwargs.get("bounds"), **options)
+        self.family = family
+        if direction is None:
+            direction = fam.statistic(d1)[0] - fam.statistic(d0)[0]
+        u = np.array(direction, dtype=np.float64).reshape(-1)
+        norm = float(np.sqrt(np.sum(u * u)))
+        if u.shape != (fam.dim,) or not (np.isfinite(norm) and norm > 0):
+            raise ValueError(
+                "`direction` must be a nonzero finite vector of the statistic's dimension (the "
+                "default, s(D1) - s(D0), is zero for these data sets)"
+            )
+        self.direction = u / norm
+        self._release = release
+        probe = release(d0, family, self.epsilon, noise_seed=0, **self.family_kwargs)
+        self.claimed_epsilon = float(probe.ledger.epsilon)
+        self.delta = float(probe.ledger.delta)
+
+    def __call__(self, which: int, rng: np.random.Generator) -> float:
+        return float(self.batch(which, rng, 1)[0])
+
+    def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
+        data = self.data[_check_which(which)]
+        seeds = rng.integers(2**63, size=int(size))
+        out = np.empty(int(size))
+        for i, seed in enumerate(seeds):
+            y = self._release(
+                data, self.family, self.epsilon, noise_seed=int(seed), **self.family_kwargs
+            ).y
+            out[i] = float(self.direction @ y)
+        return out
+
+    def __repr__(self) -> str:
+        return f"expfam_release({self.family!r}, epsilon={self.epsilon!r})"
+
+
+def expfam_release(
+    data0: ArrayLike,
+    data1: ArrayLike,
+    family: Any,
+    epsilon: float,
+    *,
+    direction: ArrayLike | None = None,
+    **family_kwargs: Any,
+) -> Mechanism:
+    r"""The Laplace release of :func:`pymc_dp.expfam.release`, as a mechanism for :func:`audit`.
+
+    One run is ``release(data, family, epsilon, noise_seed=<fresh seed from the audit's rng>,
+    **family_kwargs)``; its output ``y`` (the snapped noisy sufficient statistic) is projected on
+    ``direction``.
+
+    Parameters
+    ----------
+    data0, data1 : array_like
+        Replace-one neighbours (same number of records, at most one record different), e.g.
+        Bernoulli records with one 0 changed to 1.
+    family : str or Family
+        As in :func:`~pymc_dp.expfam.release`.
+    epsilon : float
+        Epsilon of the release (> 0).
+    direction : array_like, optional
+        Default :math:`s(D_1) - s(D_0)` (exact statistics), normalised.
+    **family_kwargs
+        ``bounds``, ``trials``, ``categories``, ``sigma``: passed to ``release``.
+
+    Returns
+    -------
+    callable
+        ``mechanism(which, rng) -> float``, with ``batch``, ``claimed_epsilon`` (the release's
+        ledger: ``epsilon``) and ``delta`` (0: pure DP).
+    """
+    return _ExpfamRelease(data0, data1, family, epsilon, direction, family_kwargs)
+
+
+class _SparseVectorRelease:
+    def __init__(
+        self, distances0, distances1, threshold, epsilon, n_accept, sensitivity, resample
+    ) -> None:
+        from pymc_dp.abc.svt import SparseVector, noise_scale, svt_epsilon
+
+        d0 = np.array(distances0, dtype=np.float64).reshape(-1)
+        d1 = np.array(distances1, dtype=np.float64).reshape(-1)
+        if d0.shape != d1.shape or d0.size == 0:
+            raise ValueError(
+                f"the two distance streams must have the same nonzero length, got {d0.size} "
+                f"and {d1.size}"
+            )
+        self.sensitivity = check_positive(sensitivity, "sensitivity")
+        gap = float(np.max(np.abs(d1 - d0)))
+        if not gap <= self.sensitivity * (1.0 + 1e-12):
+            raise ValueError(
+                f"neighbouring data move every distance by at most the sensitivity "
+                f"{self.sensitivity}; these streams differ by up to {gap}"
+            )
+        self.distances = (d0, d1)
+        self.threshold = _as_float(threshold, "threshold")
+        self.n_accept = check_count(n_accept, "n_accept", minimum=1)
+        self.resample = bool(resample)
+        self.b = noise_scale(epsilon, self.n_accept, self.sensitivity, self.resample)
+        self.claimed_epsilon = float(
+            svt_epsilon(self.b, self.n_accept, self.sensitivity, self.resample)
+        )
+        self.delta = 0.0
+        self._svt = SparseVector
+
+    def __call__(self, which: int, rng: np.random.Generator) -> NDArray[np.intp]:
+        distances = self.distances[_check_which(which)]
+        svt = self._svt(self.threshold, self.b, self.n_accept, self.resample, rng, rng)
+        return svt.offer(distances)
+
+    def batch(self, which: int, rng: np.random.Generator, size: int) -> list[NDArray[np.intp]]:
+        return [self(which, rng) for _ in range(int(size))]
+
+    def __repr__(self) -> str:
+        return (
+            f"sparse_vector(n={self.distances[0].size}, b={self.b:.4g}, "
+            f"n_accept={self.n_accept}, resample={self.resample})"
+        )
+
+
+def sparse_vector(
+    distances0: ArrayLike,
+    distances1: ArrayLike,
+    threshold: float,
+    epsilon: float,
+    n_accept: int,
+    sensitivity: float,
+    resample: bool = False,
+) -> Mechanism:
+    r"""ABCDP's private stage (:class:`pymc_dp.abc.svt.SparseVector`), as a mechanism for
+    :func:`audit`.
+
+    One run offers the whole stream of distances to a fresh ``SparseVector(threshold, b,
+    n_accept, resample, rng, rng)`` with ``b = noise_scale(epsilon, n_accept, sensitivity,
+    resample)`` and returns the accepted indices.
+
+    Parameters
+    ----------
+    distances0, distances1 : array_like
+        The distances of the same stream of proposals to :math:`D_0` and to :math:`D_1`;
+        neighbouring data move each by at most ``sensitivity`` (checked), in either direction.
+        The loss of the whole claimed budget needs distances that move in *both* directions:
+        with all of them shifted the same way the noisy threshold absorbs the shift. A strong
+        pair: a run of queries near the threshold that :math:`D_1` pushes up by the sensitivity,
+        then one that it pulls down (see :func:`first_acceptance`).
+    threshold, epsilon, n_accept, sensitivity, resample
+        As in :func:`pymc_dp.abc.svt.noise_scale` and :class:`~pymc_dp.abc.svt.SparseVector`.
+
+    Returns
+    -------
+    callable
+        ``mechanism(which, rng) -> ndarray`` of accepted indices; with ``batch``,
+        ``claimed_epsilon`` (:func:`pymc_dp.abc.svt.svt_epsilon` at ``b``, i.e. ``epsilon``) and
+        ``delta`` (0: pure DP). Score it with e.g. :func:`first_acceptance`.
+    """
+    return _SparseVectorRelease(
+        distances0, distances1, threshold, epsilon, n_accept, sensitivity, resample
+    )
+
+
+def first_acceptance(indices: ArrayLike) -> float:
+    """Statistic for :func:`sparse_vector`: the index of the first accepted query, -1 if none.
+
+    Larger means "the early queries were rejected and a later one accepted": the event whose
+    probability rises most on :math:`D_1` when :math:`D_1` pushes the early distances up and a
+    later one down.
+    """
+    idx = np.asarray(indices).reshape(-1)
+    return float(idx[0]) if idx.size else -1.0

@@ -36,6 +36,7 @@ from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.tensor.type import discrete_dtypes
 
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
+from pymc_dp.kernel_rewrites import optimise_rows
 
 __all__ = ["PerRowLikelihood"]
 
@@ -96,7 +97,9 @@ class PerRowLikelihood:
             )
         self.vars = vars
         self.n_rows = self.graph.n_rows
-        self._batch_inputs = self.graph.batch_inputs
+        # one fused loop per kernel: columns instead of (n, k) arrays, one softplus per
+        # Bernoulli-logit row, no provably-true parameter checks (pymc_dp.kernel_rewrites)
+        (rows,), self._batch_inputs = optimise_rows([self.graph.rows], self.graph.batch_inputs)
         self.row_inputs = list(self._batch_inputs)
         point = model.initial_point()
         self._point_map_info = DictToArrayBijection.map(
@@ -108,7 +111,7 @@ class PerRowLikelihood:
             if v not in vars
         }
         (self._rows, self._prior), self._q = join_nonshared_inputs(
-            point, [self.graph.rows, self.graph.prior], vars, self.shared
+            point, [rows, self.graph.prior], vars, self.shared
         )
         self._q.name = "q"
         self.dim = int(sum(np.prod(info[1], dtype=int) for info in self._point_map_info))
@@ -122,6 +125,15 @@ class PerRowLikelihood:
 
     def unravel(self, q: np.ndarray) -> dict:
         return DictToArrayBijection.rmap(RaveledVars(q, self._point_map_info))
+
+    @cached_property
+    def likelihood_mask(self) -> np.ndarray:
+        """Raveled coordinates the per-row log-likelihood depends on (the others, e.g. the
+        hyperparameters of a hierarchical model, enter only the prior)."""
+        reads = set(self.graph.likelihood_vars)
+        return np.concatenate(
+            [np.full(size, name in reads) for name, _, size, _ in self._point_map_info]
+        )
 
     # ------------------------------------------------------------------ symbolic pieces
     @cached_property
@@ -161,7 +173,9 @@ class PerRowLikelihood:
         return pytensor.grad(self._prior, self._q, disconnected_inputs="ignore")
 
     def _compile(self, inputs, outputs):
-        fn = pm_compile(inputs, outputs, **self._compile_kwargs)
+        # the kernels embed the private rows as constants: never write them to the on-disk cache
+        with pytensor.config.change_flags(numba__cache=False):
+            fn = pm_compile(inputs, outputs, **self._compile_kwargs)
         fn.trust_input = True
         return fn
 
@@ -251,6 +265,25 @@ class PerRowLikelihood:
             self._kernels[key] = self._compile(inputs, outputs)
         return self._kernels[key]
 
+    def _clipped_gradients(self, bound: Variable, batch: bool) -> tuple[list, Variable, list]:
+        """Per-row gradient components scaled by ``bound / max(|g|, bound)`` (a row with a
+        non-finite component contributes 0: data-independent, inside the ball), the row norms,
+        and the extra kernel inputs."""
+        comps = self._grad_components or [self._grad_rows[:, j] for j in range(self.dim)]
+        extra = []
+        if batch:
+            comps = self._batched(comps)
+            extra.append(self._idx)
+        sq = comps[0] ** 2
+        for c in comps[1:]:
+            sq = sq + c**2
+        finite = pt.isfinite(sq)
+        comps = [pt.switch(finite, c, 0.0) for c in comps]
+        norms = pt.sqrt(pt.switch(finite, sq, 0.0))
+        tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+        scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
+        return [c * scale for c in comps], norms, extra
+
     def grad_kernel(self, *, batch: bool = False, diagnostics: bool = False):
         """Compile ``(q, bound[, idx]) -> (sum_i clip_norm(grad l_i(q), bound), grad log
         prior(q)[, clipped fraction])``.
@@ -261,29 +294,44 @@ class PerRowLikelihood:
         key = ("grad", batch, diagnostics)
         if key not in self._kernels:
             bound = pt.scalar("bound", dtype=self._q.dtype)
-            comps = self._grad_components or [self._grad_rows[:, j] for j in range(self.dim)]
-            inputs = [self._q, bound]
-            if batch:
-                comps = self._batched(comps)
-                inputs.append(self._idx)
-            sq = comps[0] ** 2
-            for c in comps[1:]:
-                sq = sq + c**2
-            # a row with a non-finite component contributes 0 (data-independent, inside the ball)
-            finite = pt.isfinite(sq)
-            comps = [pt.switch(finite, c, 0.0) for c in comps]
-            sq = pt.switch(finite, sq, 0.0)
-            norms = pt.sqrt(sq)
-            tiny = np.finfo(
-                self._q.dtype
-            ).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
-            scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
-            total = pt.stack([pt.sum(c * scale) for c in comps])
-            outputs = [total, self._prior_grad]
+            clipped, norms, extra = self._clipped_gradients(bound, batch)
+            outputs = [pt.stack([pt.sum(c) for c in clipped]), self._prior_grad]
             if diagnostics:
                 outputs.append(pt.mean(pt.gt(norms, bound)))
-            self._kernels[key] = self._compile(inputs, outputs)
+            self._kernels[key] = self._compile([self._q, bound, *extra], outputs)
         return self._kernels[key]
+
+    def fisher_kernel(self):
+        """Compile ``(q, bound) -> (sum_i g_i, sum_i g_i g_i^T, grad log prior(q))`` with every
+        per-row gradient ``g_i`` clipped to norm ``bound``; the outer-product sum is returned as
+        its upper triangle (row-major, diagonal included), the vector that is released.
+
+        Replacing one row moves the first output by at most ``2 bound`` and the triangle by at
+        most ``sqrt(2) bound^2`` in L2 (``||a a^T - b b^T||_F^2 = |a|^4 + |b|^4 - 2 (a.b)^2``).
+        """
+        if "fisher" not in self._kernels:
+            bound = pt.scalar("bound", dtype=self._q.dtype)
+            clipped, _, _ = self._clipped_gradients(bound, batch=False)
+            rows, cols = np.triu_indices(self.dim)
+            outer = [pt.sum(clipped[i] * clipped[j]) for i, j in zip(rows, cols, strict=True)]
+            outputs = [
+                pt.stack([pt.sum(c) for c in clipped]),
+                pt.stack(outer),
+                self._prior_grad,
+            ]
+            self._kernels["fisher"] = self._compile([self._q, bound], outputs)
+        return self._kernels["fisher"]
+
+    @cached_property
+    def _prior_hessian_fn(self):
+        hess = pytensor.gradient.hessian(self._prior, self._q)
+        fn = pytensor.function([self._q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
+        fn.trust_input = True
+        return fn
+
+    def prior_hessian(self, q: np.ndarray) -> np.ndarray:
+        """Hessian of the log prior (with log-Jacobian and potentials) at ``q``; public."""
+        return np.asarray(self._prior_hessian_fn(np.asarray(q, dtype=self._q.dtype)))
 
     @cached_property
     def _kernels(self) -> dict:

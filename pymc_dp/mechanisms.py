@@ -7,7 +7,7 @@ A step is a proposal plus one or more mechanisms. A mechanism knows
 * its privacy cost: :meth:`Mechanism.entries` describes ``iterations`` iterations of releases at a
   noise ``scale`` as ledger entries (:mod:`pymc_dp.accounting.ledger`). Every mechanism of a step
   scales its noise with the step's single knob ``scale`` (``noise multiplier = scale *
-  relative_noise``), so :mod:`pymc_dp.plan` can calibrate the knob for a budget, the ledger can
+  relative_noise``), so :mod:`pymc_dp.runplan` can calibrate the knob for a budget, the ledger can
   count a run, and the planner can predict one, all from the same description.
 
 Noise multipliers are noise std over the L2 sensitivity under replace-one neighbours.

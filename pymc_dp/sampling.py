@@ -19,6 +19,8 @@ from xarray import DataTree
 
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.accounting.ledger import GAUSSIAN_ACCOUNTANT, LEDGER_ATTR, PrivacyLedger
+from pymc_dp.diagnostics import dp_warnings
+from pymc_dp.diagnostics import warn as dp_warn
 from pymc_dp.graph import ModelGraph, analyse
 from pymc_dp.step_methods.base import DPStep, default_chains
 
@@ -194,6 +196,7 @@ def sample(
     if chains is None:
         chains = max(2, cores)
     plan = step.plan(tune=tune, draws=draws, chains=chains)  # refuses before any data is touched
+    advice = _planner_advice(step, model, plan)
     if noise_seed is not None:
         plan = _with_noise_seed(step, plan, noise_seed)
     graph = step.likelihood.graph
@@ -225,7 +228,45 @@ def sample(
             stacklevel=2,
         )
     idata.attrs.update(plan.ledger.to_attrs())
+    if kwargs.get("compute_convergence_checks", True):
+        dp_warn(
+            dp_warnings(idata, target_accept=getattr(step, "target_accept", None), advice=advice)
+        )
     return idata
+
+
+def _planner_advice(step: DPStep, model: Model, run) -> str:
+    """Ask the planner (public information only) before the run; warn if it predicts failure."""
+    from pymc_dp.planner import plan as planner
+
+    clip = getattr(step, "llr_clip", None)
+    grad = getattr(step, "grad_clip", None)
+    if step.epsilon is None or (clip is None and grad is None):
+        return ""
+    try:
+        predicted = planner(
+            model,
+            epsilon=step.epsilon,
+            delta=step.delta,
+            draws=run.draws,
+            tune=run.tune,
+            chains=run.chains,
+            llr_clip=clip,
+            grad_clip=grad,
+        )
+    except Exception:  # noqa: BLE001 - advice only: never block a run
+        return ""
+    advice = "; ".join(predicted.advice)
+    if not predicted.feasible or type(step).__name__ != predicted.recommended:
+        dp_warn(
+            [
+                f"the planner predicts {type(step).__name__} will not give a usable posterior "
+                f"here (it recommends {predicted.recommended}"
+                + ("" if predicted.feasible else ", and even that is not feasible")
+                + (f"): {advice}" if advice else ")")
+            ]
+        )
+    return advice
 
 
 def _with_noise_seed(step: DPStep, plan, noise_seed: int):
@@ -255,6 +296,7 @@ class PrivacyReport:
     source: str = "ledger"
     noise_seeded: bool = False
     delta_rule: str = ""
+    warm_start_epsilon: float | None = None
 
     def __str__(self) -> str:
         lines = [
@@ -268,6 +310,11 @@ class PrivacyReport:
             lines.append(f"  budget:       epsilon = {self.target_epsilon:.6g}")
         if self.delta_rule:
             lines.append(f"  delta:        {self.delta_rule}")
+        if self.warm_start_epsilon is not None:
+            lines.append(
+                f"  warm start:   epsilon {self.warm_start_epsilon:.4g} of the total (spent once, "
+                "before sampling; the rest by the chains)"
+            )
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
         if not self.releasable:
             lines.append("  NOT RELEASABLE: computed with exact diagnostics (diagnostics=True)")
@@ -289,6 +336,11 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
     """
     if LEDGER_ATTR in idata.attrs:
         ledger = PrivacyLedger.from_attrs(idata.attrs)
+        warm = None
+        if ledger.shared:
+            from dataclasses import replace
+
+            warm = replace(ledger, per_chain=(), accountant="").epsilon
         return PrivacyReport(
             epsilon=ledger.epsilon,
             delta=ledger.delta,
@@ -296,11 +348,13 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             neighbouring=ledger.neighbouring,
             chains=ledger.chains,
             epsilon_per_chain=(ledger.epsilon_per_chain,) * ledger.chains,
-            mechanisms=tuple(m.describe() + " per chain" for m in ledger.per_chain),
+            mechanisms=tuple(m.describe() + " per chain" for m in ledger.per_chain)
+            + tuple(m.describe() + " once" for m in ledger.shared),
             releasable=ledger.releasable,
             target_epsilon=ledger.target_epsilon,
             noise_seeded=ledger.noise_seeded,
             delta_rule=ledger.delta_rule,
+            warm_start_epsilon=warm,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
     if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):

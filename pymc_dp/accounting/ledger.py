@@ -239,6 +239,9 @@ class PrivacyLedger:
     per_chain : tuple of mechanisms
         Releases made by *one* chain (every chain of a run makes the same releases). Methods
         without chains use ``chains=1``.
+    shared : tuple of mechanisms
+        Releases made once for the whole run, whatever the number of chains (a private warm
+        start that every chain starts from).
     chains : int
         Number of chains; each chain is a separate release of the same data.
     delta : float
@@ -269,6 +272,7 @@ class PrivacyLedger:
     noise_seeded: bool = False
     exact_noise: bool = False
     delta_rule: str = ""
+    shared: tuple[Mechanism, ...] = ()
 
     def __post_init__(self) -> None:
         if self.chains < 1:
@@ -278,7 +282,7 @@ class PrivacyLedger:
             check_delta(self.delta)
         if not self.accountant:
             name = self._approximate_all[1]
-            if regime == "pure" or any(isinstance(m, PureDPMechanism) for m in self.per_chain):
+            if regime == "pure" or any(isinstance(m, PureDPMechanism) for m in self._all):
                 name = " + ".join(filter(None, [name, PURE_ACCOUNTANT]))
             object.__setattr__(self, "accountant", name)
 
@@ -286,15 +290,15 @@ class PrivacyLedger:
     def regime(self) -> str:
         """Which accountant composes the (epsilon, delta) part: ``"gaussian"`` (exact PLD),
         ``"pld"`` (dp-accounting, Poisson subsampling), ``"rdp"`` or ``"pure"``."""
-        kinds = {m.kind for m in self.per_chain} - {"pure"}
-        poisson = any(getattr(m, "sampling", "") == "poisson" for m in self.per_chain)
+        kinds = {m.kind for m in self._all} - {"pure"}
+        poisson = any(getattr(m, "sampling", "") == "poisson" for m in self._all)
         if not kinds:
             return "pure"
         if kinds == {"gaussian"}:
             return "gaussian"
         if poisson:
             if "barker" in kinds or any(
-                getattr(m, "sampling", "") == "fixed_size" for m in self.per_chain
+                getattr(m, "sampling", "") == "fixed_size" for m in self._all
             ):
                 raise ValueError(
                     "A ledger cannot compose Poisson-subsampled releases (PLD) with fixed-size "
@@ -304,30 +308,54 @@ class PrivacyLedger:
         return "rdp"
 
     @property
+    def _all(self) -> tuple[Mechanism, ...]:
+        return (*self.per_chain, *self.shared)
+
+    @staticmethod
+    def _mu(mechanisms) -> float:
+        return float(sum(m.mu for m in mechanisms if isinstance(m, GaussianMechanism)))
+
+    @property
     def mu_per_chain(self) -> float:
-        return float(sum(m.mu for m in self.per_chain if isinstance(m, GaussianMechanism)))
+        return self._mu(self.per_chain)
+
+    @property
+    def mu_shared(self) -> float:
+        return self._mu(self.shared)
 
     @property
     def mu(self) -> float:
-        return self.chains * self.mu_per_chain
+        return self.chains * self.mu_per_chain + self.mu_shared
 
     def _pure_epsilon(self, chains: int) -> float:
-        pure = [m for m in self.per_chain if isinstance(m, PureDPMechanism)]
-        return chains * float(sum(m.epsilon * m.count for m in pure))
+        def total(mechanisms) -> float:
+            return float(
+                sum(m.epsilon * m.count for m in mechanisms if isinstance(m, PureDPMechanism))
+            )
 
-    def rdp_curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(orders, RDP of one chain)`` for the ``"rdp"`` regime."""
-        from pymc_dp.accounting.rdp import DP_ACCOUNTING_ORDERS, gaussian_rdp
+        return chains * total(self.per_chain) + total(self.shared)
 
-        barker = [m for m in self.per_chain if isinstance(m, BarkerMechanism)]
-        orders = barker[0].orders() if barker else DP_ACCOUNTING_ORDERS
+    def _curve(self, mechanisms, orders) -> np.ndarray:
+        from pymc_dp.accounting.rdp import gaussian_rdp
+
         total = np.zeros_like(orders)
-        for m in self.per_chain:
+        for m in mechanisms:
             if isinstance(m, GaussianMechanism):
                 total = total + m.count * gaussian_rdp(m.noise_multiplier, orders)
             elif not isinstance(m, PureDPMechanism) and m.count:
                 total = total + m.count * m.rdp(orders)
-        return orders, total
+        return total
+
+    def _orders(self) -> np.ndarray:
+        from pymc_dp.accounting.rdp import DP_ACCOUNTING_ORDERS
+
+        barker = [m for m in self._all if isinstance(m, BarkerMechanism)]
+        return barker[0].orders() if barker else DP_ACCOUNTING_ORDERS
+
+    def rdp_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(orders, RDP of one chain)`` for the ``"rdp"`` regime (shared releases excluded)."""
+        orders = self._orders()
+        return orders, self._curve(self.per_chain, orders)
 
     def _approximate(self, chains: int) -> tuple[float, str]:
         """Epsilon of the non-pure mechanisms of ``chains`` chains, and the accountant's name."""
@@ -337,26 +365,33 @@ class PrivacyLedger:
         if regime == "pure":
             return 0.0, ""
         if regime == "gaussian":
-            return float(gaussian_epsilon(chains * self.mu_per_chain, self.delta)), (
-                GAUSSIAN_ACCOUNTANT
-            )
+            mu = chains * self.mu_per_chain + self.mu_shared
+            return float(gaussian_epsilon(mu, self.delta)), GAUSSIAN_ACCOUNTANT
         if regime == "pld":
             accountant = pld.PLDAccountant(
                 NeighboringRelation.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION
             )
-            events = []
-            for m in self.per_chain:
-                if isinstance(m, GaussianMechanism):  # REPLACE_ONE doubles the shift itself
-                    event = dp_accounting.GaussianDpEvent(2.0 * m.noise_multiplier)
-                    events.append(dp_accounting.SelfComposedDpEvent(event, m.count))
-                elif isinstance(m, SubsampledGaussianMechanism):
-                    events.append(m.to_dp_event())
-            accountant.compose(dp_accounting.ComposedDpEvent(events), chains)
+
+            def events(mechanisms) -> list:
+                out = []
+                for m in mechanisms:
+                    if isinstance(m, GaussianMechanism):  # REPLACE_ONE doubles the shift itself
+                        event = dp_accounting.GaussianDpEvent(2.0 * m.noise_multiplier)
+                        out.append(dp_accounting.SelfComposedDpEvent(event, m.count))
+                    elif isinstance(m, SubsampledGaussianMechanism):
+                        out.append(m.to_dp_event())
+                return out
+
+            if self.per_chain:
+                accountant.compose(dp_accounting.ComposedDpEvent(events(self.per_chain)), chains)
+            if self.shared:
+                accountant.compose(dp_accounting.ComposedDpEvent(events(self.shared)))
             eps = float(accountant.get_epsilon(self.delta))
             return eps, PLD_ACCOUNTANT.format(grid=PLD_DISCRETIZATION)
-        orders, curve = self.rdp_curve()
-        eps, order, method = rdp_to_epsilon_best(orders, chains * curve, self.delta)
-        curves = sorted({_CURVE_NAMES[m.kind] for m in self.per_chain if m.kind != "pure"})
+        orders = self._orders()
+        curve = chains * self._curve(self.per_chain, orders) + self._curve(self.shared, orders)
+        eps, order, method = rdp_to_epsilon_best(orders, curve, self.delta)
+        curves = sorted({_CURVE_NAMES[m.kind] for m in self._all if m.kind != "pure"})
         return eps, RDP_ACCOUNTANT.format(curves="; ".join(curves), method=method, order=order)
 
     @cached_property
@@ -375,13 +410,18 @@ class PrivacyLedger:
     def to_dp_event(self) -> dp_accounting.DpEvent:
         """The whole run as a dp-accounting event, for use with its accountants."""
         chain = dp_accounting.ComposedDpEvent([m.to_dp_event() for m in self.per_chain])
-        return dp_accounting.SelfComposedDpEvent(chain, self.chains)
+        run = dp_accounting.SelfComposedDpEvent(chain, self.chains)
+        if not self.shared:
+            return run
+        shared = [m.to_dp_event() for m in self.shared]
+        return dp_accounting.ComposedDpEvent([run, *shared])
 
     # ------------------------------------------------------------------ DataTree attrs
     def to_attrs(self) -> dict:
         """Flat, netCDF-safe attrs: headline numbers plus the full ledger as JSON."""
         record = {f.name: getattr(self, f.name) for f in fields(self)}
         record["per_chain"] = [asdict(m) for m in self.per_chain]
+        record["shared"] = [asdict(m) for m in self.shared]
         return {
             "pymc_dp_epsilon": self.epsilon,
             "pymc_dp_delta": self.delta,
@@ -397,7 +437,8 @@ class PrivacyLedger:
         if LEDGER_ATTR not in attrs:
             raise KeyError(f"no '{LEDGER_ATTR}' in attrs: this result was not made by pdp.sample")
         record = json.loads(attrs[LEDGER_ATTR])
-        record["per_chain"] = tuple(
-            _MECHANISMS[m.get("kind", "gaussian")](**m) for m in record["per_chain"]
-        )
+        for key in ("per_chain", "shared"):
+            record[key] = tuple(
+                _MECHANISMS[m.get("kind", "gaussian")](**m) for m in record.get(key, ())
+            )
         return cls(**record)

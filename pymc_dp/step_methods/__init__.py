@@ -6,20 +6,24 @@
 * :mod:`~pymc_dp.step_methods.minibatch_penalty`: :class:`DPMinibatchPenalty`;
 * :mod:`~pymc_dp.step_methods.barker`: :class:`DPBarker` (and its correction distribution in
   :mod:`~pymc_dp.step_methods.barker_correction`);
+* :mod:`~pymc_dp.step_methods.laplace`: :class:`DPLaplace` (draws from a private, noise-aware
+  Laplace fit: all of the budget in a warm start);
 * :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
   and secret batches shared by the Metropolis-type steps.
 """
 
-from pymc_dp.plan import PrivacyBudgetError
+from pymc_dp.runplan import PrivacyBudgetError
 from pymc_dp.step_methods.barker import DPBarker
 from pymc_dp.step_methods.base import DPStep, Stat
 from pymc_dp.step_methods.hmc import DPHMC
+from pymc_dp.step_methods.laplace import DPLaplace
 from pymc_dp.step_methods.minibatch_penalty import DPMinibatchPenalty
 from pymc_dp.step_methods.penalty import DPPenalty
 
 __all__ = [
     "DPHMC",
     "DPBarker",
+    "DPLaplace",
     "DPMinibatchPenalty",
     "DPPenalty",
     "DPStep",

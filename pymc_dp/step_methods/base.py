@@ -2,7 +2,7 @@
 
 Data flows one way: model -> :mod:`~pymc_dp.graph` (private inputs, rows) ->
 :mod:`~pymc_dp.likelihood` (compiled kernels) -> :mod:`~pymc_dp.mechanisms` (clip, noise,
-test, cost) -> the step (proposal + mechanisms + state) -> :mod:`~pymc_dp.plan` (chains x
+test, cost) -> the step (proposal + mechanisms + state) -> :mod:`~pymc_dp.runplan` (chains x
 iterations, calibration, refusal) -> ledger -> DataTree.
 
 A subclass declares ``name`` and ``stats`` (each :class:`Stat` releasable or a diagnostic) and
@@ -35,13 +35,19 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import CompoundStep
 from pymc.util import RandomGenerator
 
-from pymc_dp.accounting._validate import check_delta, check_epsilon, check_positive
+from pymc_dp.accounting._validate import (
+    check_delta,
+    check_epsilon,
+    check_nonnegative,
+    check_positive,
+)
 from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
-from pymc_dp.plan import PrivacyBudgetError, RunPlan, make_plan
-from pymc_dp.plan import max_iterations as _max_iterations
+from pymc_dp.prior_block import PriorBlock
+from pymc_dp.runplan import PrivacyBudgetError, RunPlan, make_plan
+from pymc_dp.runplan import max_iterations as _max_iterations
 
 __all__ = [
     "DELTA_RULE",
@@ -54,6 +60,10 @@ __all__ = [
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DELTA_RULE = "default: min(1e-6, 1 / (10 n))"
+#: Noise stream of the warm start (chains use 0, 1, ...).
+_WARM_START_STREAM = 2**31 - 1
+#: Share of the budget a zero-tuning step spends on its private warm start.
+DEFAULT_WARM_START = 0.5
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,13 @@ class DPStep(ArrayStepShared):
     exact_noise : bool
         Draw the integer noise of releases with OpenDP's exact samplers (see
         :mod:`pymc_dp.noise`); slower, cannot be seeded.
+    warm_start : float, optional
+        Share of the budget (of its Gaussian privacy loss mu) spent, when the step is created, on
+        a private warm start (:mod:`pymc_dp.warmstart`): noisy Newton steps to the posterior mode
+        and a noise-aware Laplace fit. Every chain then starts from a draw of that fit, and
+        zero-tuning steps take their proposal covariance or mass matrix from it. Needs
+        ``epsilon``; the ledger records it once per run. Default: ``DEFAULT_WARM_START`` (0.5)
+        for zero-tuning steps (no proposal scale or step size given), else 0.
     diagnostics : bool
         Also emit exact (unprivatised) diagnostics such as clip fractions. A result made this way
         is marked not releasable.
@@ -159,6 +176,7 @@ class DPStep(ArrayStepShared):
         chains: int | None = None,
         noise_seed: int | None = None,
         exact_noise: bool = False,
+        warm_start: float | None = None,
         diagnostics: bool = False,
         row_dim: str | None = None,
         row_axes: Mapping[str, int] | None = None,
@@ -223,11 +241,29 @@ class DPStep(ArrayStepShared):
                 UserWarning,
                 skip_file_prefixes=(_PACKAGE_DIR,),
             )
+        self.warm = None
+        if warm_start is None:
+            warm_start = DEFAULT_WARM_START if self._needs_warm_start() else 0.0
+        share = check_nonnegative(warm_start, "warm_start")
+        if share >= 1.0:
+            raise ValueError(f"`warm_start` must be a share in [0, 1), got {warm_start!r}")
+        if share == 0.0 and self._needs_warm_start():
+            raise ValueError(
+                f"{type(self).__name__} without proposal_scale (or step_size) tunes itself from a "
+                "private warm start: give `warm_start` in (0, 1)."
+            )
+        self.warm_start_share = share
         self._plan: RunPlan | None = None
         self._plan_managed = False  # made by pdp.sample, which strips private groups itself
         self._warned_plain = False
         self._noise: NoiseSource | None = None
         self._iteration = 0
+        # variables that enter only the prior move in their own exact block (no noise)
+        self._active = self.likelihood.likelihood_mask
+        self._prior_block = None
+        if self._free_moves() and not self._active.all():
+            lik = self.likelihood
+            self._prior_block = PriorBlock(self._active, lambda q: float(lik.prior_fn(q)[0]))
         super().__init__(vars, self.likelihood.shared, blocked=blocked, rng=rng)
 
     # ------------------------------------------------------------------ subclass interface
@@ -245,6 +281,39 @@ class DPStep(ArrayStepShared):
     @classmethod
     def _tunable(cls) -> bool:
         return True
+
+    def _needs_warm_start(self) -> bool:
+        """Zero-tuning configurations read their scales from the warm start."""
+        return False
+
+    def _free_moves(self) -> bool:
+        """Whether prior-only variables get exact moves of their own (:mod:`pymc_dp.prior_block`)
+        after every data-touching iteration."""
+        return True
+
+    def _warm_grad_clip(self) -> float:
+        """Per-row gradient bound of the warm start (public)."""
+        raise ValueError(f"{type(self).__name__} has no gradient bound for a warm start.")
+
+    def _run_warm_start(self, steps: int = 4) -> None:
+        """Spend ``warm_start`` of the budget now, once for every chain of every run."""
+        if self.warm_start_share == 0.0:
+            return
+        if self.epsilon is None:
+            raise ValueError("`warm_start` needs `epsilon`: its share is a share of the budget.")
+        from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+        from pymc_dp.warmstart import warm_start
+
+        mu = self.warm_start_share * gaussian_mu_for_budget(self.epsilon, self.delta)
+        noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
+        self.warm = warm_start(
+            self.likelihood,
+            grad_clip=self._warm_grad_clip(),
+            mu=mu,
+            noise=noise,
+            steps=steps,
+            tempering=getattr(self, "tempering", 1.0),
+        )
 
     # ------------------------------------------------------------------ stats
     @classmethod
@@ -270,6 +339,7 @@ class DPStep(ArrayStepShared):
             noise_seed=self.noise_seed,
             exact_noise=self.exact_noise,
             delta_rule=self.delta_rule,
+            shared=self.warm.entries if self.warm is not None else (),
         )
 
     def use_plan(self, plan: RunPlan | None) -> None:
@@ -301,6 +371,7 @@ class DPStep(ArrayStepShared):
             epsilon=epsilon,
             delta=self.delta,
             chains=chains,
+            shared=self.warm.entries if self.warm is not None else (),
         )
 
     # ------------------------------------------------------------------ per chain
@@ -334,6 +405,10 @@ class DPStep(ArrayStepShared):
         self._iteration = 0
         self._q_cached: np.ndarray | None = None
         self._prior_cur = 0.0
+        # a warm-started chain starts from a draw of the noise-aware Laplace fit (public)
+        self._start = self.warm.draw(self.rng) if self.warm is not None else None
+        if self._prior_block is not None:
+            self._prior_block.reset()
         self._reset_chain()
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
@@ -346,7 +421,10 @@ class DPStep(ArrayStepShared):
                 f"Iteration {i + 1} of a chain planned for {plan.iterations}: it would release "
                 "beyond the budget."
             )
-        q_new, stats = self._iterate(q0.data)
+        q = q0.data if i > 0 or self._start is None else self._start.astype(q0.data.dtype)
+        q_new, stats = self._iterate(q)
+        if self._prior_block is not None:
+            q_new = self._prior_block.move(q_new, self.rng, self._tuning)
         self._iteration = i + 1
         stats["dp_epsilon"] = float(plan.epsilon_curve[i])
         stats["dp_delta"] = plan.delta
@@ -355,6 +433,12 @@ class DPStep(ArrayStepShared):
         return RaveledVars(q_new, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------------ shared pieces
+    @property
+    def _tuning(self) -> bool:
+        """Whether the current iteration is a tuning one (from the plan: PyMC's parallel
+        sampler never sets ``step.tune``)."""
+        return self._iteration < self._plan.tune
+
     @property
     def _scale(self) -> float:
         """The plan's calibrated noise knob."""

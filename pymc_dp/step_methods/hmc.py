@@ -7,13 +7,19 @@ import numpy as np
 from pymc.step_methods.hmc.quadpotential import (
     QuadPotential,
     QuadPotentialDiag,
+    QuadPotentialFull,
     QuadPotentialFullInv,
 )
+from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
 from pymc_dp.step_methods.penalty import check_tempering
+
+#: Acceptance the zero-tuning DPHMC adapts its step size to (the penalty on the final ratio and
+#: the gradient noise both grow with the step).
+TARGET_ACCEPT = 0.3
 
 __all__ = ["DPHMC", "mass_matrix_potential", "randomized_halton"]
 
@@ -61,10 +67,14 @@ class DPHMC(DPStep):
     ----------
     vars : list, optional
         Free variables; must be all of them (the default).
-    step_size : float
-        Leapfrog step size :math:`\eta` (public; not tuned on the data).
+    step_size : float, optional
+        Leapfrog step size :math:`\eta` (public; not tuned on the data). Default: zero tuning: a
+        private warm start (``warm_start``, default half the budget) gives the mass matrix (its
+        noise-aware posterior precision), and the step size is adapted during tuning by dual
+        averaging towards an acceptance of 0.3, from the privatised acceptance probabilities.
     n_steps : int
-        Number of leapfrog steps :math:`L`; each iteration makes ``L + 1`` gradient releases.
+        Number of leapfrog steps :math:`L` (default 5); each iteration makes ``L + 1`` gradient
+        releases.
     llr_clip : float
         :math:`b_l`: per-row log-likelihood ratios are clipped to
         :math:`\pm b_l \|\theta' - \theta\|`.
@@ -88,14 +98,15 @@ class DPHMC(DPStep):
         *privatised* energy change exceeds this (the exact energy change reads the data).
     tempering : float
         :math:`T \in (0, 1]`, likelihood power.
-    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, warm_start, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`. ``noise_multiplier`` is :math:`s_l`.
     row_dim, row_axes, public
         See :func:`pymc_dp.graph.analyse`.
 
     Notes
     -----
-    Stats: ``accepted``, ``accept_prob`` (from the noisy ratio), ``step_size``, ``diverging``,
+    Stats: ``accepted``, ``accept_prob`` (from the noisy ratio), ``step_size`` (jittered, adapted
+    with zero tuning), ``diverging``,
     ``noise_std`` (of the ratio), ``dp_epsilon``/``dp_mu``/``dp_delta``; with
     ``diagnostics=True`` also the exact ``clip_fraction`` and ``grad_clip_fraction``.
 
@@ -110,6 +121,8 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
+    #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
+    target_accept: ClassVar[float] = TARGET_ACCEPT
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
         "dp_mu": Stat(np.float64),
@@ -125,10 +138,10 @@ class DPHMC(DPStep):
         self,
         vars: Sequence | None = None,
         *,
-        step_size: float,
-        n_steps: int,
         llr_clip: float,
         grad_clip: float,
+        step_size: float | None = None,
+        n_steps: int = 5,
         mass_matrix: float | np.ndarray | None = None,
         step_jitter: float = 1.0,
         grad_noise_ratio: float = 4.0,
@@ -136,7 +149,8 @@ class DPHMC(DPStep):
         tempering: float = 1.0,
         **kwargs,
     ) -> None:
-        self.step_size = check_positive(step_size, "step_size")
+        self._auto = step_size is None
+        self.step_size = 0.3 if self._auto else check_positive(step_size, "step_size")
         self.llr_clip = check_positive(llr_clip, "llr_clip")
         self.grad_clip = check_positive(grad_clip, "grad_clip")
         self.grad_noise_ratio = check_positive(grad_noise_ratio, "grad_noise_ratio")
@@ -146,11 +160,22 @@ class DPHMC(DPStep):
             raise ValueError(f"`step_jitter` must be in [0, 1], got {step_jitter}")
         self.step_jitter = float(step_jitter)
         self.tempering = check_tempering(tempering)
+        if self._auto and mass_matrix is not None:
+            raise ValueError("Give `mass_matrix` with `step_size`, or neither (zero tuning).")
         super().__init__(vars, **kwargs)
         self.potential = mass_matrix_potential(mass_matrix, self.likelihood.dim)
         self._test, self._gradient = self.mechanisms()
         self._ratio = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
         self._grad = self.likelihood.grad_kernel(diagnostics=self.diagnostics)
+        self._run_warm_start()
+        if self._auto:  # the noise-aware posterior covariance is the inverse mass matrix
+            self.potential = QuadPotentialFull(self.warm.posterior_cov)
+
+    def _needs_warm_start(self) -> bool:
+        return self._auto
+
+    def _warm_grad_clip(self) -> float:
+        return self.grad_clip
 
     def mechanisms(self) -> tuple[PenaltyTest, GaussianRelease]:
         return (
@@ -161,7 +186,9 @@ class DPHMC(DPStep):
     def _reset_chain(self) -> None:
         self.potential.set_rng(self.rng)
         h = randomized_halton(self._plan.iterations, self.rng)
-        self._step_sizes = self.step_size * (1.0 + self.step_jitter * (2.0 * h - 1.0))
+        self._jitter = 1.0 + self.step_jitter * (2.0 * h - 1.0)
+        if self._auto:
+            self._adapt = DualAverageAdaptation(self.step_size, TARGET_ACCEPT, 0.05, 0.75, 10)
 
     def _noisy_grad(self, q: np.ndarray) -> tuple[np.ndarray, float]:
         """Gradient of the log posterior with the likelihood part clipped and privatised."""
@@ -174,7 +201,9 @@ class DPHMC(DPStep):
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         prior_cur = self._prior_at(q)
-        eta = float(self._step_sizes[self._iteration])
+        tuning = self._tuning
+        base = float(self._adapt.current(tuning)) if self._auto else self.step_size
+        eta = base * float(self._jitter[self._iteration])
         pot = self.potential
         p0 = pot.random()
 
@@ -196,8 +225,8 @@ class DPHMC(DPStep):
         diverging, log_alpha, sigma, clip = True, -np.inf, np.nan, np.nan
         q_next, accepted = q, False
         if finite:
-            dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
-            bound = self.llr_clip * dist
+            moved = (q_new - q) * self._active  # prior-only coordinates leave the likelihood
+            bound = self.llr_clip * float(np.sqrt(moved @ moved))
             out = self._ratio(q_new, q, np.asarray(bound))
             t = self.tempering
             prior_new = float(out[1])
@@ -213,9 +242,12 @@ class DPHMC(DPStep):
             if self.diagnostics:
                 clip = float(out[2])
 
+        prob = float(np.exp(min(0.0, log_alpha)))
+        if self._auto:
+            self._adapt.update(prob, tuning)
         stats = {
             "accepted": accepted,
-            "accept_prob": float(np.exp(min(0.0, log_alpha))),
+            "accept_prob": prob,
             "noise_std": sigma,
             "step_size": eta,
             "diverging": bool(diverging),

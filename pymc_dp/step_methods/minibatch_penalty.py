@@ -137,6 +137,11 @@ class DPMinibatchPenalty(PenaltyMetropolis):
         sampling: Sampling = "fixed_size",
         **kwargs,
     ) -> None:
+        if proposal_scale is None:
+            raise ValueError(
+                "DPMinibatchPenalty needs `proposal_scale` (its sensitivity is not linear in the "
+                "step, so it does not tune itself)."
+            )
         super().__init__(
             vars,
             llr_clip=llr_clip,
@@ -151,6 +156,7 @@ class DPMinibatchPenalty(PenaltyMetropolis):
         self._kernel = self.likelihood.ratio_kernel(
             batch=True, squares=True, diagnostics=self.diagnostics
         )
+        self._finish()
 
     def mechanisms(self) -> tuple[SubsampledPenaltyTest]:
         return (
@@ -159,20 +165,20 @@ class DPMinibatchPenalty(PenaltyMetropolis):
             ),
         )
 
-    def sensitivity(self, step_length: float) -> float:
-        """Replace-one sensitivity c of the release for a proposal of this length."""
+    def sensitivity(self, bound: float) -> float:
+        """Replace-one sensitivity c of the release when per-row ratios are clipped to
+        ``+-bound`` (``llr_clip`` times the step length, for a scalar ``llr_clip``)."""
         q = self.batch_size / self.n_rows
-        bound = self.llr_clip * float(step_length)
-        return release_sensitivity(bound, self.tempering / q, q, self.sampling)
+        return release_sensitivity(float(bound), self.tempering / q, q, self.sampling)
 
-    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         b, rate = self.batch_size, self.batch_size / self.n_rows
         idx = draw_batch(self._noise.generator, self.n_rows, b, self.sampling)
-        out = self._kernel(q_new, q, np.asarray(self.llr_clip * dist), idx)
+        out = self._kernel(q_new, q, np.asarray(bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
         lam, var_b = batch_release(total, squares, b, self.tempering / rate, rate, self.sampling)
         clip = float(out[3]) if self.diagnostics else None
-        return lam - 0.5 * var_b, prior_new, self.sensitivity(dist), clip
+        return lam - 0.5 * var_b, prior_new, self.sensitivity(bound), clip
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         q_next, stats = super()._iterate(q)

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp.accounting._validate import check_positive
 from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.proposals import Proposal, RandomWalkProposal
+from pymc_dp.step_methods.proposals import PreconditionedProposal, Proposal, RandomWalkProposal
 
 __all__ = ["DPPenalty", "PenaltyMetropolis", "check_tempering"]
 
@@ -32,18 +33,33 @@ def check_tempering(tempering: float) -> float:
     return t
 
 
+#: Acceptance rate the zero-tuning penalty steps adapt to: on flat ground the noisy test accepts
+#: 2 Phi(-sigma / 2), and the diffusion per iteration, sigma^2 2 Phi(-sigma / 2), peaks at
+#: sigma ~ 2.4, where it accepts 0.23.
+TARGET_ACCEPT = 0.25
+
+
 class PenaltyMetropolis(DPStep):
     """Shared anatomy of the penalty-test Metropolis steps (full data and minibatch).
 
     A subclass sets ``self._test`` (its :class:`~pymc_dp.mechanisms.PenaltyTest`) and implements
     :meth:`_ratio`: the (unprivatised) log-likelihood ratio it releases, the prior at the
     proposal, the release's sensitivity, and the exact clip fraction (diagnostics only).
+
+    Without ``proposal_scale`` the step tunes itself (zero tuning): a private warm start gives a
+    noise-aware posterior covariance ``L L^T``; proposals move one coordinate of ``z = L^{-1} q``
+    at a time, each coordinate scaled so that its privacy noise on the log ratio is the same, and
+    the common factor is adapted during tuning by dual averaging towards :data:`TARGET_ACCEPT`,
+    from the privatised acceptance probabilities (post-processing: no budget).
     """
 
+    #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
+    target_accept: ClassVar[float] = TARGET_ACCEPT
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
         "accept_prob": Stat(np.float64),
         "noise_std": Stat(np.float64),
+        "step_scale": Stat(np.float64),
         "clip_fraction": Stat(np.float64, releasable=False),
     }
 
@@ -51,37 +67,98 @@ class PenaltyMetropolis(DPStep):
         self,
         vars: Sequence | None,
         *,
-        llr_clip: float,
-        proposal_scale: float | np.ndarray,
+        llr_clip: float | np.ndarray,
+        proposal_scale: float | np.ndarray | None,
         proposal: Proposal,
         tempering: float,
         **kwargs,
     ) -> None:
-        self.llr_clip = check_positive(llr_clip, "llr_clip")
+        clip = np.asarray(llr_clip, dtype=float) if np.ndim(llr_clip) else None
+        if clip is None:
+            self.llr_clip = check_positive(llr_clip, "llr_clip")
+        elif not np.all(np.isfinite(clip) & (clip > 0)):
+            raise ValueError(f"`llr_clip` must be finite and > 0, got {llr_clip}")
+        else:
+            self.llr_clip = clip
         self.tempering = check_tempering(tempering)
+        self._auto = proposal_scale is None
         super().__init__(vars, **kwargs)
-        self._proposal = RandomWalkProposal(proposal_scale, self.likelihood.dim, proposal)
-        self.proposal_scale = self._proposal.scale
+        if clip is not None and clip.shape != (self.likelihood.dim,):
+            raise ValueError(
+                f"`llr_clip` must be a scalar or have {self.likelihood.dim} entries (one per "
+                f"raveled coordinate), got shape {clip.shape}"
+            )
+        dim = self.likelihood.dim
+        if self._auto:
+            self._proposal = PreconditionedProposal(np.eye(dim), proposal, active=self._active)
+        else:
+            self._proposal = RandomWalkProposal(proposal_scale, dim, proposal, active=self._active)
+        self.proposal_scale = None if self._auto else self._proposal.scale
         self.proposal = proposal
 
-    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
-        """``(value to release, log prior(q_new), sensitivity, clip fraction or None)``."""
+    def _needs_warm_start(self) -> bool:
+        return self._auto
+
+    def _warm_grad_clip(self) -> float:
+        # |l_i(q') - l_i(q)| <= clip_norm(q' - q) for all steps bounds every gradient: in L2 by
+        # the scalar bound, or by the norm of the per-coordinate bounds
+        return float(np.linalg.norm(np.atleast_1d(self.llr_clip)))
+
+    def _finish(self) -> None:
+        """After the subclass compiled its kernel: the warm start and the proposal's shape."""
+        self._run_warm_start()
+        if self._auto:  # the shape of the data-touching block (prior-only ones move freely)
+            a = self._active
+            chol = np.zeros_like(self.warm.posterior_cov)
+            chol[np.ix_(a, a)] = np.linalg.cholesky(self.warm.posterior_cov[np.ix_(a, a)])
+            self._proposal.chol = chol
+
+    def _clip_norm(self, step: np.ndarray) -> float:
+        """Bound on one row's |log-likelihood ratio| for this step: ``b |step|_2`` (scalar
+        ``llr_clip``) or ``sum_j b_j |step_j|`` (per-coordinate bounds, e.g. bounded covariates
+        of a GLM, which one-coordinate moves exploit)."""
+        step = step * self._active  # prior-only coordinates do not change the likelihood
+        if np.ndim(self.llr_clip):
+            return float(np.abs(step) @ self.llr_clip)
+        return self.llr_clip * float(np.sqrt(step @ step))
+
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
+        """``(value to release, log prior(q_new), sensitivity, clip fraction or None)`` for
+        per-row ratios clipped to ``+-bound``."""
         raise NotImplementedError
+
+    def _sensitivity_per_bound(self) -> float:
+        """Sensitivity of the release per unit of per-row bound (``2 T`` for full data)."""
+        return 2.0 * self.tempering
 
     def _reset_chain(self) -> None:
         self._proposal.reset(self.rng)
+        if self._auto:
+            # z-coordinate k moved by h: noise std 2 T s clip_norm(L e_k) h; equalise it
+            per_unit = self._sensitivity_per_bound() * self._scale
+            norms = np.array([self._clip_norm(col) for col in self._proposal.chol.T])
+            self._unit_scale = np.where(self._active, 1.0, 0.0) / (
+                per_unit * np.maximum(norms, 1e-300)
+            )
+            self._adapt = DualAverageAdaptation(2.0, TARGET_ACCEPT, 0.05, 0.75, 10)
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         prior_cur = self._prior_at(q)
+        factor = 1.0
+        if self._auto:
+            factor = float(self._adapt.current(self._tuning))
+            self._proposal.scale = factor * self._unit_scale
         q_new, j = self._proposal(self.rng, q)
-        dist = float(np.sqrt(np.sum((q_new - q) ** 2)))
-        value, prior_new, sensitivity, clip = self._ratio(q_new, q, dist)
+        value, prior_new, sensitivity, clip = self._ratio(q_new, q, self._clip_norm(q_new - q))
         log_ratio, sigma = self._test.log_ratio(self._noise, value, sensitivity, self._scale)
         log_alpha = log_ratio + prior_new - prior_cur
         q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
         self._proposal.update(j, accepted)
         prob = float(np.exp(min(0.0, log_alpha))) if np.isfinite(log_alpha) else 0.0
+        if self._auto:
+            self._adapt.update(prob, self._tuning)
         stats = {"accepted": accepted, "accept_prob": prob, "noise_std": sigma}
+        stats["step_scale"] = factor
         if clip is not None:
             stats["clip_fraction"] = clip
         return q_next, stats
@@ -94,22 +171,27 @@ class DPPenalty(PenaltyMetropolis):
     ----------
     vars : list, optional
         Free variables; must be all of them (the default).
-    llr_clip : float
+    llr_clip : float or array
         :math:`b_l > 0`: per-row log-likelihood ratios are clipped to
-        :math:`\pm b_l \|\theta' - \theta\|_2`. Choose it from the model and public knowledge
-        of the data range (e.g. for a Gaussian likelihood, :math:`|x - \theta| / \sigma^2` at a
-        plausible range), never by looking at the private data.
-    proposal_scale : float or array
+        :math:`\pm b_l \|\theta' - \theta\|_2`; or, given one bound per raveled coordinate,
+        to :math:`\pm \sum_j b_j |\theta'_j - \theta_j|`. Choose it from the model and public
+        knowledge of the data range, never by looking at the private data: for a GLM whose
+        log-likelihood is L-Lipschitz in the linear predictor (L = 1 for the logistic) and
+        covariates bounded by :math:`|x_j| \le c_j`, :math:`b_j = L c_j`
+        (:func:`pymc_dp.glm_clip`).
+    proposal_scale : float or array, optional
         Standard deviation of the Gaussian proposal, per raveled coordinate (public; not tuned on
-        the data).
+        the data). Default: zero tuning (see :class:`PenaltyMetropolis`): a private warm start
+        (``warm_start``, default half the budget) and adapted, preconditioned proposals.
     proposal : {"random_walk", "ocu", "gwmh"}
         ``"random_walk"`` moves all coordinates; ``"ocu"`` (one-component updates) moves one
         coordinate chosen at random, which shortens the step and so the noise; ``"gwmh"`` (guided
         walk) moves one coordinate in its current direction, flipping the direction after a
-        rejection (Yildirim & Ermis 2019, section 4.2).
+        rejection (Yildirim & Ermis 2019, section 4.2). Default: ``"gwmh"`` with zero tuning,
+        else ``"random_walk"``.
     tempering : float
         :math:`T \in (0, 1]`: the likelihood is raised to the power T (Raisa 2021, Thm 12).
-    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, warm_start, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`.
     row_dim, row_axes, public
         See :func:`pymc_dp.graph.analyse`.
@@ -121,8 +203,9 @@ class DPPenalty(PenaltyMetropolis):
     ``K = chains * (tune + draws)`` (Raisa 2021, Theorem 6, with :math:`s = \tau \sqrt{n}`).
 
     Stats: ``accepted``, ``accept_prob`` (from the noisy ratio), ``noise_std`` (public: ``s c``),
-    ``dp_epsilon`` / ``dp_mu`` (spent so far by this chain), ``dp_delta``; with
-    ``diagnostics=True`` also the exact ``clip_fraction``.
+    ``step_scale`` (the adapted proposal factor, 1 with a fixed ``proposal_scale``),
+    ``dp_epsilon`` / ``dp_mu`` (spent so far by this chain, warm start included), ``dp_delta``;
+    with ``diagnostics=True`` also the exact ``clip_fraction``.
 
     References
     ----------
@@ -143,11 +226,13 @@ class DPPenalty(PenaltyMetropolis):
         vars: Sequence | None = None,
         *,
         llr_clip: float,
-        proposal_scale: float | np.ndarray,
-        proposal: Proposal = "random_walk",
+        proposal_scale: float | np.ndarray | None = None,
+        proposal: Proposal | None = None,
         tempering: float = 1.0,
         **kwargs,
     ) -> None:
+        if proposal is None:
+            proposal = "gwmh" if proposal_scale is None else "random_walk"
         super().__init__(
             vars,
             llr_clip=llr_clip,
@@ -158,12 +243,12 @@ class DPPenalty(PenaltyMetropolis):
         )
         self._test = PenaltyTest()
         self._kernel = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
+        self._finish()
 
     def mechanisms(self) -> tuple[PenaltyTest]:
         return (PenaltyTest(),)
 
-    def _ratio(self, q_new: np.ndarray, q: np.ndarray, dist: float):
-        bound = self.llr_clip * dist
+    def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         out = self._kernel(q_new, q, np.asarray(bound))
         clip = float(out[2]) if self.diagnostics else None
         t = self.tempering

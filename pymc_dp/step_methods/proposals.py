@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["PROPOSALS", "Proposal", "RandomWalkProposal"]
+__all__ = ["PROPOSALS", "PreconditionedProposal", "Proposal", "RandomWalkProposal"]
 
 Proposal = Literal["random_walk", "ocu", "gwmh"]
 PROPOSALS: tuple[str, ...] = ("random_walk", "ocu", "gwmh")
@@ -40,6 +40,7 @@ class RandomWalkProposal:
         dim: int,
         kind: str = "random_walk",
         allowed: tuple[str, ...] = PROPOSALS,
+        active: np.ndarray | None = None,
     ) -> None:
         if kind not in allowed:
             raise ValueError(f"`proposal` must be one of {allowed}, got {kind!r}")
@@ -56,6 +57,9 @@ class RandomWalkProposal:
         self.scale = arr
         self.kind = kind
         self.direction = np.ones(dim)
+        # coordinates this proposal moves (the others, prior-only, move in their own block)
+        self.active = np.ones(dim, bool) if active is None else np.asarray(active, bool)
+        self._active_index = np.flatnonzero(self.active)
 
     def reset(self, rng: np.random.Generator) -> None:
         """Per-chain state: random initial directions of the guided walk."""
@@ -64,8 +68,8 @@ class RandomWalkProposal:
     def __call__(self, rng: np.random.Generator, q: np.ndarray) -> tuple[np.ndarray, int]:
         """Return ``(q_new, j)``; ``j`` is the moved coordinate, -1 when all move."""
         if self.kind == "random_walk":
-            return q + self.scale * rng.standard_normal(q.size), -1
-        j = int(rng.integers(q.size))
+            return q + self.active * self.scale * rng.standard_normal(q.size), -1
+        j = int(self._active_index[rng.integers(self._active_index.size)])
         step = self.scale[j] * rng.standard_normal()
         if self.kind == "gwmh":
             step = self.direction[j] * abs(step)
@@ -77,3 +81,47 @@ class RandomWalkProposal:
         """Guided walk: keep the direction after an acceptance, flip it after a rejection."""
         if self.kind == "gwmh" and j >= 0 and not accepted:
             self.direction[j] = -self.direction[j]
+
+
+class PreconditionedProposal:
+    """Proposals in whitened coordinates ``z = L^{-1} (q - m)``, mapped back by ``L``.
+
+    With ``L`` the Cholesky factor of a (private, warm-start) posterior covariance, one-coordinate
+    moves of ``z`` follow the posterior's principal shape, and a per-coordinate ``scale`` (set
+    from the noise plan and adapted during tuning) gives every coordinate the same privacy noise.
+
+    Parameters
+    ----------
+    chol : ndarray (D, D)
+        Lower Cholesky factor ``L`` (public: a function of privatised releases).
+    kind : {"random_walk", "ocu", "gwmh"}
+        As for :class:`RandomWalkProposal`, on the coordinates of ``z``.
+    """
+
+    def __init__(
+        self, chol: np.ndarray, kind: str = "gwmh", active: np.ndarray | None = None
+    ) -> None:
+        self.chol = np.asarray(chol, dtype=float)
+        dim = self.chol.shape[0]
+        self._base = RandomWalkProposal(np.ones(dim), dim, kind, active=active)
+        self.kind = kind
+
+    @property
+    def scale(self) -> np.ndarray:
+        return self._base.scale
+
+    @scale.setter
+    def scale(self, value: np.ndarray) -> None:
+        self._base.scale = np.asarray(value, dtype=float)
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self._base.reset(rng)
+
+    def __call__(self, rng: np.random.Generator, q: np.ndarray) -> tuple[np.ndarray, int]:
+        step, j = self._base(rng, np.zeros(q.size))
+        if j >= 0:
+            return q + self.chol[:, j] * step[j], j
+        return q + self.chol @ step, j
+
+    def update(self, j: int, accepted: bool) -> None:
+        self._base.update(j, accepted)

@@ -57,19 +57,28 @@ def run_ledger(
     iterations: int,
     chains: int,
     delta: float,
+    shared: tuple = (),
     **meta: Any,
 ) -> PrivacyLedger:
-    """The ledger of ``chains`` chains of ``iterations`` iterations at noise knob ``scale``."""
+    """The ledger of ``chains`` chains of ``iterations`` iterations at noise knob ``scale``, plus
+    ``shared`` entries made once for the run (a private warm start)."""
     entries = tuple(e for m in mechanisms for e in m.entries(scale, iterations))
     meta.setdefault("sampler", "")
-    return PrivacyLedger(per_chain=entries, chains=int(chains), delta=delta, **meta)
+    return PrivacyLedger(
+        per_chain=entries, chains=int(chains), delta=delta, shared=tuple(shared), **meta
+    )
 
 
 def run_epsilon(
-    mechanisms: Sequence[Mechanism], scale: float | None, iterations: int, chains: int, delta: float
+    mechanisms: Sequence[Mechanism],
+    scale: float | None,
+    iterations: int,
+    chains: int,
+    delta: float,
+    shared: tuple = (),
 ) -> float:
     """Epsilon (at ``delta``) of the run described by :func:`run_ledger`."""
-    return run_ledger(mechanisms, scale, iterations, chains, delta).epsilon
+    return run_ledger(mechanisms, scale, iterations, chains, delta, shared).epsilon
 
 
 def _gaussian_mu_per_iteration(mechanisms: Sequence[Mechanism], scale: float) -> float:
@@ -77,21 +86,35 @@ def _gaussian_mu_per_iteration(mechanisms: Sequence[Mechanism], scale: float) ->
 
 
 @lru_cache(maxsize=256)
-def _calibrate(mechanisms: Mechanisms, epsilon: float, delta: float, iterations: int, chains: int):
-    if all(m.gaussian for m in mechanisms):
-        # mu of the run at knob c is mu(1) / c^2: closed form, stepped towards more noise
-        budget = gaussian_mu_for_budget(epsilon, delta)
+def _calibrate(
+    mechanisms: Mechanisms,
+    epsilon: float,
+    delta: float,
+    iterations: int,
+    chains: int,
+    shared: tuple = (),
+):
+    spent_before = run_ledger((), None, 0, 1, delta, shared).mu if shared else 0.0
+    if all(m.gaussian for m in mechanisms) and all(e.kind == "gaussian" for e in shared):
+        # mu of the run at knob c is mu(1) / c^2 (plus the shared releases): closed form,
+        # stepped towards more noise
+        budget = gaussian_mu_for_budget(epsilon, delta) - spent_before
+        if budget <= 0:
+            raise PrivacyBudgetError(
+                f"The warm start alone spends the budget epsilon={epsilon}: nothing is left for "
+                "sampling. Lower `warm_start`."
+            )
         total1 = chains * iterations * _gaussian_mu_per_iteration(mechanisms, 1.0)
         scale = float(np.sqrt(total1 / budget))
         for _ in range(100):
-            spent = total1 / scale**2
-            if spent <= budget and gaussian_epsilon(spent, delta) <= epsilon:
+            spent = total1 / scale**2 + spent_before
+            if spent - spent_before <= budget and gaussian_epsilon(spent, delta) <= epsilon:
                 return scale
             scale *= 1 + 1e-11
         raise AssertionError("noise calibration did not converge")  # pragma: no cover
 
     def spends(s: float) -> bool:
-        return run_epsilon(mechanisms, s, iterations, chains, delta) > epsilon
+        return run_epsilon(mechanisms, s, iterations, chains, delta, shared) > epsilon
 
     # the same releases without subsampling spend about the budget: bracket from there
     mu = gaussian_mu_for_budget(epsilon, delta)
@@ -108,11 +131,25 @@ def _calibrate(mechanisms: Mechanisms, epsilon: float, delta: float, iterations:
 
 
 def calibrate(
-    mechanisms: Sequence[Mechanism], *, epsilon: float, delta: float, iterations: int, chains: int
+    mechanisms: Sequence[Mechanism],
+    *,
+    epsilon: float,
+    delta: float,
+    iterations: int,
+    chains: int,
+    shared: tuple = (),
 ) -> float:
-    """Smallest noise knob with which ``chains x iterations`` iterations spend at most
-    ``(epsilon, delta)``; cached (bisection against dp-accounting takes seconds)."""
-    return _calibrate(tuple(mechanisms), float(epsilon), float(delta), int(iterations), int(chains))
+    """Smallest noise knob with which ``chains x iterations`` iterations (after the ``shared``
+    releases) spend at most ``(epsilon, delta)``; cached (bisection against dp-accounting takes
+    seconds)."""
+    return _calibrate(
+        tuple(mechanisms),
+        float(epsilon),
+        float(delta),
+        int(iterations),
+        int(chains),
+        tuple(shared),
+    )
 
 
 def max_iterations(
@@ -122,29 +159,45 @@ def max_iterations(
     epsilon: float,
     delta: float,
     chains: int,
+    shared: tuple = (),
 ) -> int:
     """Iterations per chain that ``chains`` chains can run at knob ``scale`` within budget."""
     return largest_count(
-        lambda k: k == 0 or run_epsilon(mechanisms, scale, k, chains, delta) <= epsilon
+        lambda k: (
+            run_epsilon(mechanisms, scale, k, chains, delta, shared) <= epsilon
+            if (k or shared)
+            else True
+        )
     )
 
 
 @lru_cache(maxsize=64)
 def _epsilon_curve(
-    mechanisms: Mechanisms, scale: float | None, iterations: int, delta: float
+    mechanisms: Mechanisms,
+    scale: float | None,
+    iterations: int,
+    delta: float,
+    shared: tuple = (),
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """One chain's epsilon (and, for Gaussian mechanisms, mu) after each iteration."""
+    """One chain's epsilon (and, for Gaussian mechanisms, mu) after each iteration, the shared
+    releases included."""
     if iterations == 0:
         return np.zeros(0), np.zeros(0)
-    one = run_ledger(mechanisms, scale, 1, 1, delta)
+    one = run_ledger(mechanisms, scale, 1, 1, delta, shared)
+    if not mechanisms:  # nothing per iteration: the shared releases are all there is
+        eps = one.epsilon if shared else 0.0
+        return np.full(iterations, eps), (
+            np.full(iterations, one.mu) if one.regime == "gaussian" else None
+        )
     if one.regime == "gaussian":
-        mu = one.mu_per_chain * np.arange(1, iterations + 1)
+        mu = one.mu_shared + one.mu_per_chain * np.arange(1, iterations + 1)
         return np.asarray(gaussian_epsilon(mu, delta), dtype=float).reshape(-1), mu
-    if one.regime == "rdp":  # exact after every iteration: k times the per-iteration curve
+    if one.regime == "rdp" and not shared:  # exact after every iteration: k times the curve
         return rdp_epsilon_curve(*one.rdp_curve(), iterations, delta), None
-    # PLD: exact on a geometric grid of counts, stepped up in between (an upper bound)
+    # PLD (or RDP after shared releases): exact on a geometric grid of counts, stepped up in
+    # between (an upper bound)
     grid = np.unique(np.geomspace(1, iterations, _PLD_GRID_POINTS).round().astype(int))
-    eps_grid = np.array([run_epsilon(mechanisms, scale, int(k), 1, delta) for k in grid])
+    eps_grid = np.array([run_epsilon(mechanisms, scale, int(k), 1, delta, shared) for k in grid])
     return eps_grid[np.searchsorted(grid, np.arange(1, iterations + 1))], None
 
 
@@ -200,17 +253,24 @@ def make_plan(
     noise_seed: Any = None,
     exact_noise: bool = False,
     delta_rule: str = "",
+    shared: tuple = (),
 ) -> RunPlan:
     """Calibrate (``epsilon`` alone), check (``epsilon`` and ``noise_multiplier``) or just count
-    (``noise_multiplier`` alone) a run; raise :class:`PrivacyBudgetError` if it overspends."""
-    mechanisms = tuple(mechanisms)
+    (``noise_multiplier`` alone) a run after the ``shared`` releases (a warm start); raise
+    :class:`PrivacyBudgetError` if it overspends."""
+    mechanisms, shared = tuple(mechanisms), tuple(shared)
     chains, iterations = int(chains), int(tune) + int(draws)
     tunable = any(m.tunable for m in mechanisms)
     if not tunable:
         scale = None
     elif epsilon is not None and noise_multiplier is None:
         scale = calibrate(
-            mechanisms, epsilon=epsilon, delta=delta, iterations=iterations, chains=chains
+            mechanisms,
+            epsilon=epsilon,
+            delta=delta,
+            iterations=iterations,
+            chains=chains,
+            shared=shared,
         )
     else:
         scale = noise_multiplier
@@ -222,16 +282,18 @@ def make_plan(
         exact_noise=bool(exact_noise),
         delta_rule=delta_rule,
     )
-    ledger = run_ledger(mechanisms, scale, iterations, chains, delta, **meta)
+    ledger = run_ledger(mechanisms, scale, iterations, chains, delta, shared, **meta)
     if epsilon is not None and ledger.epsilon > epsilon * (1 + 1e-12):
-        most = max_iterations(mechanisms, scale=scale, epsilon=epsilon, delta=delta, chains=chains)
+        most = max_iterations(
+            mechanisms, scale=scale, epsilon=epsilon, delta=delta, chains=chains, shared=shared
+        )
         knob = ", raise noise_multiplier, or give only epsilon" if tunable else ""
         raise PrivacyBudgetError(
             f"{chains} chains x {iterations} iterations (tune + draws) of {sampler} would spend "
             f"epsilon={ledger.epsilon:.4g} > epsilon={epsilon} at delta={delta:.3g}; the budget "
             f"affords at most {most} iterations per chain. Lower tune/draws/chains{knob}."
         )
-    eps_curve, mu_curve = _epsilon_curve(mechanisms, scale, iterations, delta)
+    eps_curve, mu_curve = _epsilon_curve(mechanisms, scale, iterations, delta, shared)
     return RunPlan(
         mechanisms=mechanisms,
         chains=chains,

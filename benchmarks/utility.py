@@ -1,0 +1,166 @@
+"""Utility on real data: the DP samplers' zero-tuning calls against NUTS (and d3p's DPVI).
+
+For each data set of :mod:`benchmarks.realdata` and each epsilon, every sampler is called the
+way the README's quickstart calls it: budget and public clip bounds only (covariates encoded into
+[-1, 1] from their codebook ranges, so a row's L2 norm is at most sqrt(d) and every |x_j| <= 1),
+run with ``pdp.sample(draws=1000, tune=1000, chains=4)``. Columns: mean error in NUTS posterior
+sds (max and median over coefficients), sd ratio to NUTS (min and max), R-hat (max), bulk ESS
+(min), wall time, epsilon spent, and the planner's recommendation made before the run. d3p's rows
+are read from the cache of :func:`benchmarks.realdata.d3p_fit` (its environment is separate).
+
+``python -m benchmarks.utility [--names ...] [--eps 1 4] [--samplers ...] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from collections.abc import Callable
+
+import arviz as az
+import numpy as np
+
+import pymc_dp as pdp
+from benchmarks import realdata
+from benchmarks.timing import format_table
+
+__all__ = ["SAMPLERS", "main", "run", "utility_rows"]
+
+Factory = Callable[[realdata.RealData, float], pdp.DPStep]
+
+#: The zero-tuning calls: nothing but the budget and public clip bounds.
+SAMPLERS: dict[str, Factory] = {
+    "DPLaplace": lambda data, eps: pdp.DPLaplace(epsilon=eps, grad_clip=data.row_norm_bound),
+    "DPPenalty": lambda data, eps: pdp.DPPenalty(epsilon=eps, llr_clip=data.abs_bounds),
+    "DPHMC": lambda data, eps: pdp.DPHMC(
+        epsilon=eps, llr_clip=data.row_norm_bound, grad_clip=data.row_norm_bound
+    ),
+}
+
+
+def run(
+    name: str, sampler: str, epsilon: float, *, draws: int = 1000, tune: int = 1000, seed: int = 1
+) -> dict:
+    """One zero-tuning run; its comparison with NUTS and its diagnostics."""
+    data = realdata.load(name)
+    ref = realdata.nuts_reference(name)
+    model = realdata.model(data)
+    start = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = SAMPLERS[sampler](data, epsilon)
+        idata = pdp.sample(
+            draws=draws,
+            tune=tune,
+            chains=4,
+            cores=2,
+            step=step,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    seconds = time.perf_counter() - start
+    post = idata.posterior["beta"]
+    fit = {"mean": post.mean(("chain", "draw")).values, "sd": post.std(("chain", "draw")).values}
+    out = realdata.compare(fit, ref)
+    out.update(
+        rhat=float(np.max(az.rhat(post).values)),
+        ess=float(np.min(az.ess(post).values)),
+        seconds=seconds,
+        epsilon=pdp.privacy_report(idata).epsilon,
+        accept=float(idata.sample_stats["accepted"].mean()),
+    )
+    return out
+
+
+def utility_rows(
+    names: list[str], epsilons: list[float], samplers: list[str], draws: int, tune: int
+) -> list[tuple]:
+    """Rows of the utility table (d3p rows from the cache when present)."""
+    rows = []
+    for name in names:
+        data = realdata.load(name)
+        for eps in epsilons:
+            with realdata.model(data):
+                planned = pdp.plan(epsilon=eps, llr_clip=data.abs_bounds, draws=draws, tune=tune)
+            verdict = planned.recommended + ("" if planned.feasible else " (infeasible)")
+            for sampler in samplers:
+                if sampler == "DPHMC" and data.n > 200_000:
+                    continue  # L + 2 kernel calls per iteration: minutes per run at n = 1e6
+                r = run(name, sampler, eps, draws=draws, tune=tune)
+                rows.append(
+                    (
+                        name,
+                        data.n,
+                        eps,
+                        sampler,
+                        r["z_max"],
+                        r["z_med"],
+                        f"{r['sd_ratio_min']:.2f}-{r['sd_ratio_max']:.2f}",
+                        r["rhat"],
+                        r["ess"],
+                        r["seconds"],
+                        r["epsilon"],
+                        verdict if sampler == planned.recommended else "",
+                    )
+                )
+            fit = _cached_d3p(name, eps)
+            if fit is not None:
+                c = realdata.compare(fit, realdata.nuts_reference(name))
+                rows.append(
+                    (
+                        name,
+                        data.n,
+                        eps,
+                        "d3p DPVI (cached)",
+                        c["z_max"],
+                        c["z_med"],
+                        f"{c['sd_ratio_min']:.2f}-{c['sd_ratio_max']:.2f}",
+                        float("nan"),
+                        float("nan"),
+                        fit["seconds"],
+                        eps,
+                        "",
+                    )
+                )
+    return rows
+
+
+def _cached_d3p(name: str, eps: float) -> dict | None:
+    path = realdata._cache_path(f"{name}_d3p_eps{eps:g}_seed0", ".json")
+    if not path.exists():
+        return None
+    return realdata.d3p_fit(name, eps, 0)
+
+
+HEADER = [
+    "data",
+    "n",
+    "eps",
+    "sampler",
+    "max |z|",
+    "med |z|",
+    "sd ratio",
+    "R-hat",
+    "ESS",
+    "secs",
+    "eps spent",
+    "planner",
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--names", nargs="+", default=list(realdata.NAMES))
+    p.add_argument("--eps", nargs="+", type=float, default=[1.0, 4.0])
+    p.add_argument("--samplers", nargs="+", default=list(SAMPLERS))
+    p.add_argument("--quick", action="store_true", help="200 + 200 iterations")
+    args = p.parse_args(argv)
+    draws = tune = 200 if args.quick else 1000
+    rows = utility_rows(args.names, args.eps, args.samplers, draws, tune)
+    print(format_table(HEADER, rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+"""Graph rewrites that make the per-row kernels run at the hardware floor (numba backend).
+
+Each function takes per-row graphs (the ``(n,)`` log-likelihood of
+:class:`~pymc_dp.likelihood.PerRowLikelihood`) and returns equivalent graphs that compile to fewer,
+fused loops. ``PerRowLikelihood`` applies :func:`optimise_rows` to its rows *before* building
+push-forwards and kernels, so the ratio, gradient and minibatch kernels all inherit it. Measured
+at n = 1e5 (``make bench``): the banana's ratio kernel 7.5x faster (one fused loop over two
+columns instead of two passes over an (n, 2) array and two n-temporaries), the logistic ratio
+kernel 2x (one softplus per row instead of four, no check passes).
+
+* :func:`split_columns` -- every per-row input ``X`` of shape ``(n, k)`` becomes ``k`` constant
+  ``(n,)`` columns and every node on an ``(n, k)`` value is unrolled column by column, so the
+  whole per-row computation is one 1-d elementwise loop (no ``Sum{axis=1}`` pass, no (n,)
+  temporaries, vectorisable loads).
+* :func:`drop_redundant_checks` -- removes ``CheckParameterValue`` nodes whose conditions are
+  provably true (constants, or ``0 <= sigmoid(z) <= 1``), which otherwise cost full passes over n.
+* :func:`bernoulli_logit` -- ``switch(y, log(sigmoid(eta)), log(1 - sigmoid(eta)))`` with
+  constant ``y`` in {0, 1} becomes ``-softplus((1 - 2 y) eta)``: one softplus per row instead of
+  two (Numba evaluates both branches of a Switch), bit-identical values.
+* :func:`optimise_rows` -- all three.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.raise_op import CheckAndRaise
+from pytensor.scalar import basic as ps
+from pytensor.scalar.math import Sigmoid
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+from pytensor.tensor.math import Dot
+from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.subtensor import Subtensor
+
+__all__ = ["bernoulli_logit", "drop_redundant_checks", "optimise_rows", "split_columns"]
+
+_COMBINE = {
+    ps.Add: pt.add,
+    ps.Mul: pt.mul,
+    ps.Maximum: lambda *c: functools.reduce(pt.maximum, c),
+    ps.Minimum: lambda *c: functools.reduce(pt.minimum, c),
+    ps.AND: lambda *c: functools.reduce(pt.and_, c),
+    ps.OR: lambda *c: functools.reduce(pt.or_, c),
+}
+
+
+def _shared(value: np.ndarray, name: str) -> Variable:
+    return pytensor.shared(value, name=name, shape=value.shape, borrow=True)
+
+
+def _const_value(var: Variable):
+    """Value of a constant, seen through ``DimShuffle`` (``ExpandDims``) wrappers; else None."""
+    while var.owner is not None and isinstance(var.owner.op, DimShuffle):
+        var = var.owner.inputs[0]
+    return np.asarray(var.data) if isinstance(var, Constant) else None
+
+
+def split_columns(
+    outputs: Sequence[Variable],
+    row_inputs: Sequence[Variable],
+    max_columns: int = 32,
+    shared: bool = False,
+    split_dot: bool = False,
+) -> tuple[list[Variable], dict[Variable, list[Variable]]]:
+    """Unroll the trailing axis of every ``(n, k)`` per-row input into ``k`` ``(n,)`` columns.
+
+    Parameters
+    ----------
+    outputs : graphs to rewrite (e.g. ``[rows]``).
+    row_inputs : the per-row data constants (``PerRowLikelihood.row_inputs``); those with
+        ``ndim == 2`` and a static ``k <= max_columns`` are split.
+    split_dot : also unroll ``Dot(X, W)`` into ``sum_j X_j W_j`` (measured: no gain on logistic
+        regression once the BLAS runs single-threaded; the push-forward then costs more).
+    shared : make the columns shared variables instead of constants, so that PyTensor does not
+        constant-fold n-length products of them (e.g. ``x_j * 1`` in push-forwards) into new
+        n-length constants that each kernel then reads.
+
+    Returns
+    -------
+    outputs : the rewritten graphs (same types).
+    columns : ``{original input: [k column constants]}``; the columns replace the input in
+        ``row_inputs`` (minibatch kernels index them).
+
+    Rules on a value carried as columns (anything else rebuilds it with ``stack(cols, 1)``, which
+    is correct but unfused): ``Elemwise`` (operands broadcast per column, ``(1, k)`` and ``(k,)``
+    operands become scalars ``a[0, j]`` / ``a[j]``), ``CAReduce`` over axis 1 (a ``k``-ary add/
+    mul/max/min/and/or of the columns), ``Alloc`` to its own shape, ``SpecifyShape``,
+    ``CheckAndRaise``, ``X[:, j]``, squeezing a single column, and optionally ``Dot(X, W)``.
+    A consumer of an original input without a rule keeps reading the original (unsplit) input.
+    """
+    cols: dict[Variable, list[Variable]] = {}
+    columns: dict[Variable, list[Variable]] = {}
+    for x in row_inputs:
+        value = _const_value(x)
+        if value is None or value.ndim != 2 or value.shape[1] > max_columns:
+            continue
+        make = _shared if shared else pt.constant
+        c = [
+            make(np.ascontiguousarray(value[:, j]), name=f"{x.name or 'x'}[:, {j}]")
+            for j in range(value.shape[1])
+        ]
+        cols[x] = columns[x] = c
+    if not cols:
+        return list(outputs), columns
+
+    new: dict[Variable, Variable] = {}
+    stacked: dict[Variable, Variable] = {}
+
+    def get(v: Variable) -> Variable:
+        if v in columns:  # a consumer without a column rule reads the original input
+            return v
+        if v in cols:
+            if v not in stacked:
+                stacked[v] = pt.stack(cols[v], axis=1)
+            return stacked[v]
+        return new.get(v, v)
+
+    def column(v: Variable, j: int) -> Variable:
+        """Column ``j`` of an operand of a column-wise node (broadcast if needed)."""
+        if v in cols:
+            c = cols[v]
+            return c[0] if len(c) == 1 else c[j]
+        v2 = new.get(v, v)
+        if v.type.ndim == 0:
+            return v2
+        if v.type.ndim == 1:  # broadcasts against the trailing axis
+            return v2[0] if v.type.broadcastable[0] else v2[j]
+        row = 0 if v.type.broadcastable[0] else slice(None)
+        col = 0 if v.type.broadcastable[1] else j
+        return v2[row, col]
+
+    for node in io_toposort([], list(outputs)):
+        ins = node.inputs
+        op = node.op
+        mapped = [i for i in ins if i in cols]
+        out = node.outputs[0]
+        if mapped:
+            k = max(len(cols[i]) for i in mapped)
+            if isinstance(op, Elemwise) and all(o.type.ndim == 2 for o in node.outputs):
+                per_col = [op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k)]
+                for t, o in enumerate(node.outputs):
+                    cols[o] = [per_col[j][t] for j in range(k)]
+                continue
+            if isinstance(op, CAReduce) and ins[0] in cols and type(op.scalar_op) in _COMBINE:
+                axes = tuple(range(ins[0].type.ndim)) if op.axis is None else tuple(op.axis)
+                if 1 in axes:
+                    r = _COMBINE[type(op.scalar_op)](*cols[ins[0]])
+                    rest = tuple(a for a in axes if a != 1)
+                    if rest:
+                        r = CAReduce(op.scalar_op, axis=rest)(r)
+                    new[out] = pt.cast(r, out.dtype) if r.dtype != out.dtype else r
+                    continue
+            if isinstance(op, Alloc) and ins[0] in cols and out.type.ndim == 2:
+                same = ins[0].type.shape == out.type.shape and None not in out.type.shape
+                if same or len(cols[ins[0]]) == out.type.shape[1]:
+                    cols[out] = cols[ins[0]]
+                    continue
+            if isinstance(op, SpecifyShape) and ins[0] in cols:
+                cols[out] = cols[ins[0]]
+                continue
+            if isinstance(op, CheckAndRaise) and ins[0] in cols:
+                conds = [get(i) for i in ins[1:]]
+                cols[out] = [op(c, *conds) for c in cols[ins[0]]]
+                continue
+            if (
+                isinstance(op, Subtensor)
+                and ins[0] in cols
+                and len(op.idx_list) == 2
+                and op.idx_list[0] == slice(None)
+                and len(ins) == 2
+                and _const_value(ins[1]) is not None
+            ):
+                new[out] = cols[ins[0]][int(_const_value(ins[1]))]
+                continue
+            if isinstance(op, DimShuffle) and ins[0] in cols and len(cols[ins[0]]) == 1:
+                if tuple(op.new_order) == (0,):
+                    new[out] = cols[ins[0]][0]
+                    continue
+            if split_dot and isinstance(op, Dot) and ins[0] in cols and ins[1] not in cols:
+                w = new.get(ins[1], ins[1])
+                xc = cols[ins[0]]
+                if w.type.ndim == 1:
+                    new[out] = pt.add(*[c * w[j] for j, c in enumerate(xc)])
+                    continue
+                if w.type.ndim == 2 and w.type.shape[1] is not None:
+                    cols[out] = [
+                        pt.add(*[c * w[j, m] for j, c in enumerate(xc)])
+                        for m in range(w.type.shape[1])
+                    ]
+                    continue
+        new_ins = [get(i) for i in ins]
+        if any(a is not b for a, b in zip(new_ins, ins, strict=True)):
+            rebuilt = node.clone_with_new_inputs(new_ins, strict=False)
+            for o, o2 in zip(node.outputs, rebuilt.outputs, strict=True):
+                new[o] = o2
+    return [get(o) for o in outputs], columns
+
+
+def _provably_true(cond: Variable) -> bool:
+    """Whether a boolean graph is true for every finite value of its inputs."""
+    value = _const_value(cond)
+    if value is not None:
+        return bool(np.all(value))
+    node = cond.owner
+    if node is None:
+        return False
+    op = node.op
+    if isinstance(op, CAReduce) and isinstance(op.scalar_op, ps.AND):
+        return _provably_true(node.inputs[0])
+    if type(op).__name__ in ("MakeVector", "ScalarFromTensor", "TensorFromScalar") or (
+        isinstance(op, DimShuffle)
+    ):
+        return all(_provably_true(i) for i in node.inputs)
+    if isinstance(op, Elemwise):
+        s = op.scalar_op
+        if isinstance(s, ps.AND):
+            return all(_provably_true(i) for i in node.inputs)
+        if isinstance(s, ps.GE | ps.LE):
+            a, b = node.inputs if isinstance(s, ps.GE) else node.inputs[::-1]
+            # a >= b with a = sigmoid(.) in [0, 1] and b <= 0, or b = sigmoid(.) and a >= 1
+            lo, hi = _range(a), _range(b)
+            return lo is not None and hi is not None and lo[0] >= hi[1]
+    return False
+
+
+def _range(v: Variable) -> tuple[float, float] | None:
+    """A static interval containing every value of ``v`` (for finite inputs), if known."""
+    value = _const_value(v)
+    if value is not None:
+        return float(np.min(value)), float(np.max(value))
+    node = v.owner
+    if node is not None and isinstance(node.op, DimShuffle):
+        return _range(node.inputs[0])
+    if (
+        node is not None
+        and isinstance(node.op, Elemwise)
+        and isinstance(node.op.scalar_op, Sigmoid)
+    ):
+        return 0.0, 1.0
+    return None
+
+
+def drop_redundant_checks(outputs: Sequence[Variable]) -> list[Variable]:
+    """Remove ``CheckAndRaise``/``CheckParameterValue`` nodes whose conditions always hold.
+
+    PyMC compiles a parameter check into ``switch(all(conditions), logp, -inf)``; each condition
+    reduced over n costs a full pass before the main loop. Only conditions that are constants
+    or bounds of a sigmoid are dropped. (For a NaN linear predictor the check would have turned
+    the row's logp into -inf; without it the row is NaN, which the kernels must map to a
+    data-independent value anyway.)
+    """
+    replace = {}
+    for node in io_toposort([], list(outputs)):
+        if isinstance(node.op, CheckAndRaise) and all(_provably_true(c) for c in node.inputs[1:]):
+            replace[node.outputs[0]] = node.inputs[0]
+    return list(graph_replace(list(outputs), replace, strict=False)) if replace else list(outputs)
+
+
+def _elemwise(v: Variable, scalar_type) -> list[Variable] | None:
+    """Inputs of ``v`` if it is the output of an ``Elemwise`` of ``scalar_type``."""
+    node = v.owner
+    if node is not None and isinstance(node.op, Elemwise):
+        if isinstance(node.op.scalar_op, scalar_type):
+            return node.inputs
+    return None
+
+
+def _log_sigmoid_arg(v: Variable) -> Variable | None:
+    """``z`` if ``v`` is ``log(sigmoid(z))``."""
+    (inner,) = _elemwise(v, ps.Log) or (None,)
+    if inner is None:
+        return None
+    (z,) = _elemwise(inner, Sigmoid) or (None,)
+    return z
+
+
+def _log1m_sigmoid_arg(v: Variable) -> Variable | None:
+    """``z`` if ``v`` is ``log(1 - sigmoid(z))`` or ``log1p(-sigmoid(z))``."""
+    (inner,) = _elemwise(v, ps.Log) or (None,)
+    if inner is not None:
+        one, s = _elemwise(inner, ps.Sub) or (None, None)
+        if one is None or _const_value(one) is None or not np.all(_const_value(one) == 1):
+            return None
+    else:
+        (inner,) = _elemwise(v, ps.Log1p) or (None,)
+        if inner is None:
+            return None
+        (s,) = _elemwise(inner, ps.Neg) or (None,)
+        if s is None:
+            return None
+    (z,) = _elemwise(s, Sigmoid) or (None,)
+    return z
+
+
+def bernoulli_logit(outputs: Sequence[Variable]) -> list[Variable]:
+    """Rebuild PyMC's Bernoulli(logit_p=eta) log-likelihood as ``-softplus((1 - 2 y) eta)``.
+
+    Matches ``switch(y, log(sigmoid(eta)), log(1 - sigmoid(eta)))`` (PyMC's Bernoulli logp; the
+    logit parametrisation enters as ``p = sigmoid(eta)``) when ``y`` is a constant in {0, 1}.
+    The sign ``1 - 2 y`` folds to a constant column, so each row costs one stable softplus (exp +
+    log1p) instead of PyTensor's ``switch(y, -softplus(-eta), -softplus(eta))``, whose two
+    branches the Numba backend both evaluates. Values are bit-identical (negation is exact).
+    """
+    replace = {}
+    for node in io_toposort([], list(outputs)):
+        if not (isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, ps.Switch)):
+            continue
+        y, a, b = node.inputs
+        yv = _const_value(y)
+        if yv is None or not np.all((yv == 0) | (yv == 1)):
+            continue
+        z1, z0 = _log_sigmoid_arg(a), _log1m_sigmoid_arg(b)
+        if z1 is None or z1 is not z0:
+            continue
+        # 1 - 2y is exact; on constant y it folds at compile time, on y[idx] (minibatches) it is
+        # one fused multiply-add per row.
+        sign = 1.0 - 2.0 * pt.cast(y, z1.dtype)
+        replace[node.outputs[0]] = -pt.softplus(sign * z1)
+    return list(graph_replace(list(outputs), replace, strict=False)) if replace else list(outputs)
+
+
+def optimise_rows(
+    outputs: Sequence[Variable], row_inputs: dict[Variable, int], split_dot: bool = False
+) -> tuple[list[Variable], dict[Variable, int]]:
+    """:func:`bernoulli_logit`, :func:`drop_redundant_checks` and :func:`split_columns`.
+
+    ``row_inputs`` maps the per-row data nodes to their row axis (from
+    :func:`pymc_dp.graph.analyse`); only constants with rows on axis 0 are split. Returns the
+    rewritten outputs and the per-row inputs they read, with their row axes: the split columns
+    (axis 0) and every original input some consumer still reads whole. Minibatch kernels index
+    exactly these.
+    """
+    outputs = bernoulli_logit(outputs)
+    outputs = drop_redundant_checks(outputs)
+    splittable = [x for x, axis in row_inputs.items() if axis == 0]
+    outputs, columns = split_columns(outputs, splittable, split_dot=split_dot)
+    read = set(ancestors(outputs))
+    inputs: dict[Variable, int] = {}
+    for x, axis in row_inputs.items():
+        for c in columns.get(x, ()):
+            if c in read:
+                inputs[c] = 0
+        if x in read:
+            inputs[x] = axis
+    return outputs, inputs

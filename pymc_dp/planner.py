@@ -1,0 +1,254 @@
+r"""The planner: what a DP run can deliver, predicted from public information only.
+
+``pdp.plan(model, epsilon=..., ...)`` reads the number of rows n, the number of parameters, the
+clip bounds and the priors, never the data values, and predicts:
+
+* the noise multiplier of every release at this budget and run length;
+* the posterior scale to expect at this n (per-row Fisher information ``I`` is at most of order
+  :math:`B^2`; the planner assumes ``I_j = info_per_row`` per coordinate, by default
+  ``0.1 B_j^2``, the order of a balanced logistic regression on covariates spread over their
+  public range: :math:`p(1-p)\,E[x^2] \approx 0.25 / 3`);
+* the ratio :math:`r_j = \sqrt{n I_j} / B_j`, which decides everything: a Gaussian release of a
+  sum clipped to :math:`B` with multiplier :math:`s` moves the estimate by :math:`2s/r` posterior
+  sds;
+* for :class:`~pymc_dp.DPLaplace` (all budget in the private warm start): the error of its mode
+  in posterior sds, :math:`2 s_w / r` with :math:`s_w = 1/\sqrt{2 \cdot 0.6 \mu^*}`, and the
+  widening of its noise-aware intervals, :math:`\sqrt{1 + (2 s_w / r)^2}`;
+* for :class:`~pymc_dp.DPPenalty` with zero tuning (half the budget in the warm start): the noise
+  multiplier :math:`s` of its ratio releases, the step (in posterior sds) that keeps the noise on
+  the log ratio near 2.4 (where the accepted diffusion per iteration peaks, acceptance ~0.25),
+  :math:`h = 2.4\, r / (2 s)`, and the effective sample size of the run. One-coordinate moves of
+  that size diffuse :math:`0.25 h^2 / d` squared sds per iteration per coordinate, and the
+  integrated autocorrelation time of such a walk is :math:`2 / \text{diffusion}`, so
+
+  .. math:: \mathrm{ESS} \approx \text{chains}\cdot\text{draws}\cdot 0.18\, r^2 / (d\, s^2)
+            = 0.36\, r^2 \mu_s\, \frac{\text{draws}}{d\,(\text{tune} + \text{draws})},
+
+  which does not grow with the number of iterations (a longer run needs more noise per step):
+  the budget, not the run length, buys effective samples;
+* feasibility (can the recommended sampler give every mean within 0.5 posterior sd and every sd
+  within [0.67, 1.5] of the non-private posterior?), the recommended sampler, and what would make
+  an infeasible run feasible.
+
+``pdp.sample`` calls the planner and warns with its advice when a run is predicted to fail.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytensor
+from pymc.blocking import DictToArrayBijection
+from pymc.model import Model, modelcontext
+from pymc.pytensorf import join_nonshared_inputs
+from pytensor.compile.mode import Mode
+
+from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
+from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.graph import analyse
+from pymc_dp.step_methods.base import default_delta
+
+__all__ = ["Plan", "plan"]
+
+#: Assumed per-row Fisher information per coordinate, as a fraction of B_j^2.
+DEFAULT_INFO_FRACTION = 0.1
+#: Share of mu of the warm start's last gradient (pymc_dp.warmstart.LAST_SHARE).
+_LAST_SHARE = 0.6
+#: Noise std on the log ratio the zero-tuning penalty steps settle at (acceptance ~0.25).
+_SIGMA = 2.4
+_ACCEPT = 0.25
+#: Effective samples (all chains) from which a chain mixes well enough for R-hat <= 1.1.
+ESS_FOR_MCMC = 400.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's predictions for one run (see the module docstring)."""
+
+    n: int
+    dim: int
+    epsilon: float
+    delta: float
+    chains: int
+    tune: int
+    draws: int
+    ratio: np.ndarray
+    posterior_sd: np.ndarray
+    laplace_error_sd: float
+    laplace_sd_ratio: float
+    penalty_noise_multiplier: float
+    penalty_step_sd: float
+    penalty_acceptance: float
+    penalty_ess: float
+    recommended: str
+    feasible: bool
+    advice: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        r = self.ratio
+        lines = [
+            f"pdp.plan: n = {self.n}, {self.dim} parameters, epsilon = {self.epsilon:g}, "
+            f"delta = {self.delta:.1e}, {self.chains} chains x ({self.tune} + {self.draws})",
+            f"  r = sqrt(n I) / B per coordinate: {r.min():.3g} .. {r.max():.3g}"
+            " (posterior sds moved by a release of multiplier s: 2 s / r)",
+            f"  expected posterior sd: {self.posterior_sd.min():.3g} .. "
+            f"{self.posterior_sd.max():.3g} (unconstrained coordinates)",
+            f"  DPLaplace: mode error ~{self.laplace_error_sd:.2f} posterior sds per coordinate, "
+            f"noise-aware sd x{self.laplace_sd_ratio:.2f}",
+            f"  DPPenalty (zero tuning): noise multiplier {self.penalty_noise_multiplier:.3g}, "
+            f"step ~{self.penalty_step_sd:.3g} posterior sds at acceptance "
+            f"~{self.penalty_acceptance:.2f}, ESS ~{self.penalty_ess:.3g} (all chains)",
+            f"  recommended: {self.recommended}"
+            + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
+        ]
+        lines += [f"  advice: {a}" for a in self.advice]
+        return "\n".join(lines)
+
+
+def _bounds(dim: int, llr_clip, grad_clip) -> tuple[np.ndarray, float]:
+    """Per-coordinate bounds B_j and the gradient's L2 bound."""
+    if llr_clip is None and grad_clip is None:
+        raise ValueError("Give `llr_clip` or `grad_clip`: the planner needs the clip bounds.")
+    if llr_clip is not None and np.ndim(llr_clip):
+        per = np.asarray(llr_clip, dtype=float)
+        if per.shape != (dim,) or not np.all(np.isfinite(per) & (per > 0)):
+            raise ValueError(f"`llr_clip` must be > 0 with {dim} entries, got {llr_clip}")
+        return per, float(np.linalg.norm(per))
+    l2 = check_positive(grad_clip if grad_clip is not None else llr_clip, "grad_clip")
+    return np.full(dim, l2), l2
+
+
+def plan(
+    model: Model | None = None,
+    *,
+    epsilon: float,
+    delta: float | None = None,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    llr_clip: float | np.ndarray | None = None,
+    grad_clip: float | None = None,
+    info_per_row: float | np.ndarray | None = None,
+) -> Plan:
+    """Predict what a DP run of ``model`` can deliver, from public information only.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        Default: the model on the context stack. Only its structure, its priors and the number
+        of rows are read.
+    epsilon, delta : float
+        The budget (``delta`` defaults to ``min(1e-6, 1 / (10 n))``).
+    draws, tune, chains : int
+        The run to plan.
+    llr_clip, grad_clip : float or array
+        The clip bounds the steps would use (per raveled coordinate, or one L2 bound).
+    info_per_row : float or array, optional
+        Expected per-row Fisher information per raveled coordinate (public knowledge, e.g. from
+        a similar public study). Default ``0.1 B_j^2``.
+
+    Returns
+    -------
+    Plan
+        Printable; see the module docstring for every prediction.
+    """
+    model = modelcontext(model)
+    epsilon = check_epsilon(epsilon)
+    draws = check_count(draws, "draws", minimum=1)
+    tune = check_count(tune, "tune")
+    chains = check_count(chains, "chains", minimum=1)
+    graph = analyse(model, validate=False)  # n and the structure; no data values are used
+    n = graph.n_rows
+    delta = default_delta(n) if delta is None else float(delta)
+    q0 = _initial_q(model)
+    dim = int(q0.size)
+    per, l2 = _bounds(dim, llr_clip, grad_clip)
+    info = (
+        DEFAULT_INFO_FRACTION * per**2
+        if info_per_row is None
+        else np.broadcast_to(np.asarray(info_per_row, dtype=float), (dim,)).copy()
+    )
+    prior_precision = _prior_precision(model, q0)
+    posterior_sd = 1.0 / np.sqrt(n * info + prior_precision)
+    # r = sqrt(n I) / B, with the prior's information counted: a release moves the estimate by
+    # 2 s B sd posterior sds
+    ratio = 1.0 / (per * posterior_sd)
+    ratio_l2 = 1.0 / (l2 * posterior_sd)
+    mu = gaussian_mu_for_budget(epsilon, delta)
+
+    s_w = 1.0 / math.sqrt(2.0 * _LAST_SHARE * mu)
+    lap_err = float(np.sqrt(np.mean((2.0 * s_w / ratio_l2) ** 2)))
+    lap_sd = math.sqrt(1.0 + lap_err**2)
+
+    mu_s = 0.5 * mu  # zero-tuning steps spend half on the warm start
+    k = chains * (tune + draws)
+    s = math.sqrt(k / (2.0 * mu_s))
+    step_sd = float(np.median(_SIGMA * ratio / (2.0 * s)))
+    ess = float(np.min(chains * draws * 0.18 * ratio**2 / (dim * s**2)))
+
+    laplace_ok = lap_err <= 0.5 and lap_sd <= 1.5
+    mcmc_ok = ess >= ESS_FOR_MCMC
+    advice: list[str] = []
+    if mcmc_ok:
+        recommended = "DPPenalty"
+    elif laplace_ok:
+        recommended = "DPLaplace"
+        advice.append(
+            f"a chain would diffuse only ~{ess:.2g} effective samples at this budget (R-hat "
+            "would not converge): sample the noise-aware Laplace fit (pdp.DPLaplace) instead"
+        )
+    else:
+        recommended = "DPLaplace"
+        need_n = n * max(lap_err / 0.5, (lap_sd**2 - 1) / 1.25) ** 2
+        advice.append(
+            f"even the best use of the budget (DPLaplace) misplaces the mode by ~{lap_err:.2f} "
+            f"posterior sds: about {need_n:.3g} rows, or a larger epsilon (error ~ 1 / epsilon), "
+            "would make it usable"
+        )
+        advice.append(
+            "for a conjugate exponential-family model, pdp.expfam releases the sufficient "
+            "statistics once; tighter public clip bounds (per-coordinate bounds of bounded "
+            "covariates: pdp.glm_clip) also reduce the noise"
+        )
+    if not mcmc_ok and ess > 0:
+        advice.append(
+            f"MCMC (DPPenalty) predicted ESS {ess:.3g}: it grows with n and epsilon^2, not with "
+            "draws; one-coordinate (gwmh) proposals and per-coordinate clip bounds help most"
+        )
+    return Plan(
+        n=n,
+        dim=dim,
+        epsilon=epsilon,
+        delta=delta,
+        chains=chains,
+        tune=tune,
+        draws=draws,
+        ratio=ratio,
+        posterior_sd=posterior_sd,
+        laplace_error_sd=lap_err,
+        laplace_sd_ratio=lap_sd,
+        penalty_noise_multiplier=s,
+        penalty_step_sd=step_sd,
+        penalty_acceptance=_ACCEPT,
+        penalty_ess=ess,
+        recommended=recommended,
+        feasible=mcmc_ok or laplace_ok,
+        advice=advice,
+    )
+
+
+def _initial_q(model: Model) -> np.ndarray:
+    point = model.initial_point()
+    return DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
+
+
+def _prior_precision(model: Model, q0: np.ndarray) -> np.ndarray:
+    """Diagonal of the prior's precision at the initial point (public)."""
+    point = model.initial_point()
+    prior = model.logp(vars=model.free_RVs, jacobian=True)
+    [prior], q = join_nonshared_inputs(point, [prior], model.value_vars, {})
+    hess = pytensor.gradient.hessian(prior, q)
+    fn = pytensor.function([q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
+    return np.maximum(-np.diag(np.asarray(fn(q0))), 0.0)
