@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.timing import format_table
-from pymc_dp.abc import MMD, SparseVector, sample_abc_nonprivate, sample_abcdp
-from pymc_dp.abc.examples import mixture_model
-from pymc_dp.abc.public import PriorSampler, simulate, simulator_model
+from pymc_dp.abcdp import MMD, SparseVector, sample_abc_nonprivate, sample_abcdp
+from pymc_dp.abcdp.examples import mixture_model
+from pymc_dp.abcdp.public import PriorSampler, simulate, simulator_model
 
 
 def _stream(spec, rho: Callable | None, total: int, batch: int, vectorized: bool) -> float:

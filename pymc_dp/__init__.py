@@ -1,6 +1,6 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
-from pymc_dp import abc, accounting, audit, expfam
+from pymc_dp import abcdp, accounting, audit, expfam
 from pymc_dp.accounting.ledger import (
     BarkerMechanism,
     GaussianMechanism,
@@ -25,7 +25,7 @@ from pymc_dp.step_methods import (
     DPStep,
 )
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BarkerMechanism",
@@ -47,7 +47,7 @@ __all__ = [
     "PureDPMechanism",
     "RunPlan",
     "SubsampledGaussianMechanism",
-    "abc",
+    "abcdp",
     "accounting",
     "analyse",
     "audit",
@@ -59,3 +59,16 @@ __all__ = [
     "sample",
     "sanitize",
 ]
+
+
+def __getattr__(name: str):
+    if name == "abc":  # deprecated alias of pymc_dp.abcdp, removed in 0.3
+        import warnings
+
+        warnings.warn(
+            "pymc_dp.abc is renamed pymc_dp.abcdp; the alias will be removed in pymc-dp 0.3.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return abcdp
+    raise AttributeError(f"module 'pymc_dp' has no attribute {name!r}")

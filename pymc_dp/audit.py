@@ -1156,7 +1156,7 @@ class _SparseVectorRelease:
     def __init__(
         self, distances0, distances1, threshold, epsilon, n_accept, sensitivity, resample
     ) -> None:
-        from pymc_dp.abc.svt import SparseVector, noise_scale, svt_epsilon
+        from pymc_dp.abcdp.svt import SparseVector, noise_scale, svt_epsilon
 
         d0 = np.array(distances0, dtype=np.float64).reshape(-1)
         d1 = np.array(distances1, dtype=np.float64).reshape(-1)
@@ -1207,7 +1207,7 @@ def sparse_vector(
     sensitivity: float,
     resample: bool = False,
 ) -> Mechanism:
-    r"""ABCDP's private stage (:class:`pymc_dp.abc.svt.SparseVector`), as a mechanism for
+    r"""ABCDP's private stage (:class:`pymc_dp.abcdp.svt.SparseVector`), as a mechanism for
     :func:`audit`.
 
     One run offers the whole stream of distances to a fresh ``SparseVector(threshold, b,
@@ -1224,13 +1224,13 @@ def sparse_vector(
         pair: a run of queries near the threshold that :math:`D_1` pushes up by the sensitivity,
         then one that it pulls down (see :func:`first_acceptance`).
     threshold, epsilon, n_accept, sensitivity, resample
-        As in :func:`pymc_dp.abc.svt.noise_scale` and :class:`~pymc_dp.abc.svt.SparseVector`.
+        As in :func:`pymc_dp.abcdp.svt.noise_scale` and :class:`~pymc_dp.abcdp.svt.SparseVector`.
 
     Returns
     -------
     callable
         ``mechanism(which, rng) -> ndarray`` of accepted indices; with ``batch``,
-        ``claimed_epsilon`` (:func:`pymc_dp.abc.svt.svt_epsilon` at ``b``, i.e. ``epsilon``) and
+        ``claimed_epsilon`` (:func:`pymc_dp.abcdp.svt.svt_epsilon` at ``b``, i.e. ``epsilon``) and
         ``delta`` (0: pure DP). Score it with e.g. :func:`first_acceptance`.
     """
     return _SparseVectorRelease(

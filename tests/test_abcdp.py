@@ -1,4 +1,4 @@
-"""ABCDP (pymc_dp.abc): Park, Vinaroz & Jitkrittum (2021), Algorithm 1, Theorem 4.1, Lemma 4.1,
+"""ABCDP (pymc_dp.abcdp): Park, Vinaroz & Jitkrittum (2021), Algorithm 1, Theorem 4.1, Lemma 4.1,
 Proposition 4.2, and the privacy contract of docs/design.md for its output."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scipy import integrate
 from scipy.spatial.distance import cdist
 
 import pymc_dp as pdp
-from pymc_dp.abc import (
+from pymc_dp.abcdp import (
     MMD,
     SparseVector,
     SummaryDistance,
@@ -22,7 +22,7 @@ from pymc_dp.abc import (
     sample_abcdp,
     svt_epsilon,
 )
-from pymc_dp.abc.examples import TOY_THETA, mixture_model, mixture_simulator, sir_model
+from pymc_dp.abcdp.examples import TOY_THETA, mixture_model, mixture_simulator, sir_model
 
 PRIOR_ERROR = float(np.abs(0.2 - TOY_THETA).mean())  # posterior mean = prior mean: 0.128
 
@@ -449,3 +449,13 @@ def test_models_abcdp_cannot_run_are_refused():
         pm.Normal("z", mu, 1, observed=y)
     with pytest.raises(ValueError, match="several observed"):
         _run(two)
+
+
+def test_the_old_module_name_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="abcdp"):
+        alias = pdp.abc
+    assert alias is pdp.abcdp and alias.sample_abcdp is sample_abcdp
+    with pytest.warns(DeprecationWarning, match="abcdp"):
+        assert pdp.abc is pdp.abcdp  # warns at every use, not only at the first import
+    with pytest.raises(AttributeError, match="no attribute 'abd'"):
+        pdp.abd  # noqa: B018

@@ -15,9 +15,9 @@ sensitivity, and releases which ``theta_t`` it accepted. Pure epsilon-DP.
   Proposition 4.2; :class:`SparseVector`: Algorithm 1's private stage on its own.
 """
 
-from pymc_dp.abc.distances import MMD, Distance, SummaryDistance, median_heuristic
-from pymc_dp.abc.sampler import prior_predictive_distances, sample_abc_nonprivate, sample_abcdp
-from pymc_dp.abc.svt import SparseVector, flip_probability, noise_scale, svt_epsilon
+from pymc_dp.abcdp.distances import MMD, Distance, SummaryDistance, median_heuristic
+from pymc_dp.abcdp.sampler import prior_predictive_distances, sample_abc_nonprivate, sample_abcdp
+from pymc_dp.abcdp.svt import SparseVector, flip_probability, noise_scale, svt_epsilon
 
 __all__ = [
     "MMD",

@@ -18,9 +18,9 @@ from pymc.model import Model, modelcontext
 from pymc.progress_bar import create_simple_progress, default_progress_theme
 from xarray import DataTree
 
-from pymc_dp.abc.distances import MMD, Distance
-from pymc_dp.abc.public import PriorSampler, SimulatorModel, simulate, simulator_model
-from pymc_dp.abc.svt import SparseVector, noise_scale
+from pymc_dp.abcdp.distances import MMD, Distance
+from pymc_dp.abcdp.public import PriorSampler, SimulatorModel, simulate, simulator_model
+from pymc_dp.abcdp.svt import SparseVector, noise_scale
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
 from pymc_dp.noise import NoiseSource
@@ -82,9 +82,9 @@ def sample_abcdp(
     resample : bool, default False
         Redraw the threshold noise after every acceptance (Algorithm 1, line 9).
     distance : Distance, optional
-        :class:`~pymc_dp.abc.MMD` (default: ``MMD()``, Gaussian kernel, 100 random Fourier
+        :class:`~pymc_dp.abcdp.MMD` (default: ``MMD()``, Gaussian kernel, 100 random Fourier
         features, median-heuristic bandwidth from simulated data) or
-        :class:`~pymc_dp.abc.SummaryDistance`.
+        :class:`~pymc_dp.abcdp.SummaryDistance`.
     vectorized : bool, default False
         Call the simulator once per batch with a leading batch axis on every input and
         ``size=(k, *size)`` (PyTensor's ``RandomVariable`` batching rule); otherwise once per
@@ -215,8 +215,8 @@ def _setup(
         distance = MMD()
     if not isinstance(distance, Distance):
         raise ValueError(
-            f"`distance` must be a pymc_dp.abc distance (MMD, SummaryDistance), got {distance!r}: "
-            "its sensitivity must be known."
+            f"`distance` must be a pymc_dp.abcdp distance (MMD, SummaryDistance), got "
+            f"{distance!r}: its sensitivity must be known."
         )
     return simulator_model(modelcontext(model)), distance, args
 
@@ -355,7 +355,7 @@ def _to_datatree(
         dims=dims,
         coords=coords,
         check_conventions=False,
-        attrs={"posterior": {"inference_library": "pymc_dp.abc"}},
+        attrs={"posterior": {"inference_library": "pymc_dp.abcdp"}},
     )
     tree.attrs.update(attrs)
     return tree
