@@ -6,13 +6,17 @@ clip bounds and the priors, never the data values, and predicts:
 * the noise multiplier of every release at this budget and run length;
 * the posterior scale to expect at this n (per-row Fisher information ``I`` is at most of order
   :math:`B^2`; the planner assumes ``I_j = info_per_row`` per coordinate, by default
-  ``0.1 B_j^2``, the order of a balanced logistic regression on covariates spread over their
-  public range: :math:`p(1-p)\,E[x^2] \approx 0.25 / 3`);
+  ``0.04 B_j^2``: a logistic regression on covariates spread uniformly over their public range
+  has :math:`p(1-p)\,E[x^2] \approx 0.2 / 3 = 0.067` before correlations between covariates
+  take their share (measured marginal precisions :math:`1/(n\,\mathrm{sd}^2)` on the
+  benchmark's synthetic data: 0.033-0.096). Real covariates bunched inside loose public ranges
+  carry less (measured on statsmodels' ``randhie``: 0.002-0.18, ``fair``: 0.011-0.059), so
+  pass ``info_per_row`` from a similar public study when you have one);
 * the ratio :math:`r_j = \sqrt{n I_j} / B_j`, which decides everything: a Gaussian release of a
   sum clipped to :math:`B` with multiplier :math:`s` moves the estimate by :math:`2s/r` posterior
   sds;
 * for :class:`~pymc_dp.DPLaplace` (all budget in the private warm start): the error of its mode
-  in posterior sds, :math:`2 s_w / r` with :math:`s_w = 1/\sqrt{2 \cdot 0.6 \mu^*}`, and the
+  in posterior sds, :math:`2 s_w / r` with :math:`s_w = 1/\sqrt{2 \cdot 0.55 \mu^*}`, and the
   widening of its noise-aware intervals, :math:`\sqrt{1 + (2 s_w / r)^2}`;
 * for :class:`~pymc_dp.DPPenalty` with zero tuning (half the budget in the warm start): the noise
   multiplier :math:`s` of its ratio releases, the step (in posterior sds) that keeps the noise on
@@ -26,9 +30,11 @@ clip bounds and the priors, never the data values, and predicts:
 
   which does not grow with the number of iterations (a longer run needs more noise per step):
   the budget, not the run length, buys effective samples;
-* feasibility (can the recommended sampler give every mean within 0.5 posterior sd and every sd
-  within [0.67, 1.5] of the non-private posterior?), the recommended sampler, and what would make
-  an infeasible run feasible.
+* feasibility (will the recommended sampler, in at least half of its runs, give every mean
+  within 0.5 posterior sd and every sd within [0.67, 1.5] of the non-private posterior? With
+  independent errors of sd :math:`e` on :math:`d` coordinates that needs
+  :math:`(2\Phi(0.5/e) - 1)^d \ge 1/2`, e.g. :math:`e \le 0.27` for :math:`d = 10`), the
+  recommended sampler, and what would make an infeasible run feasible.
 
 ``pdp.sample`` calls the planner and warns with its advice when a run is predicted to fail.
 """
@@ -44,23 +50,25 @@ from pymc.blocking import DictToArrayBijection
 from pymc.model import Model, modelcontext
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.compile.mode import Mode
+from scipy.special import ndtri
 
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.graph import analyse
 from pymc_dp.step_methods.base import default_delta
+from pymc_dp.warmstart import LAST_SHARE
 
 __all__ = ["Plan", "plan"]
 
-#: Assumed per-row Fisher information per coordinate, as a fraction of B_j^2.
-DEFAULT_INFO_FRACTION = 0.1
-#: Share of mu of the warm start's last gradient (pymc_dp.warmstart.LAST_SHARE).
-_LAST_SHARE = 0.6
+#: Assumed per-row Fisher information per coordinate, as a fraction of B_j^2 (module docstring).
+DEFAULT_INFO_FRACTION = 0.04
 #: Noise std on the log ratio the zero-tuning penalty steps settle at (acceptance ~0.25).
 _SIGMA = 2.4
 _ACCEPT = 0.25
 #: Effective samples (all chains) from which a chain mixes well enough for R-hat <= 1.1.
 ESS_FOR_MCMC = 400.0
+#: Tuning iterations the dual averaging of the zero-tuning steps needs to settle.
+MIN_TUNE = 200
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,9 @@ class Plan:
     recommended: str
     feasible: bool
     advice: list[str] = field(default_factory=list)
+    #: The recommended split of the budget and the run: ``warm_start`` (share of the budget
+    #: spent before sampling), ``tune``, ``draws``, ``chains``, and the ``ess`` it predicts.
+    split: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         r = self.ratio
@@ -103,6 +114,12 @@ class Plan:
             f"  recommended: {self.recommended}"
             + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
         ]
+        if self.split:
+            sp = self.split
+            lines.append(
+                f"  split: warm start {sp['warm_start']:.0%} of the budget, tune={sp['tune']}, "
+                f"draws={sp['draws']}, chains={sp['chains']} (ESS ~{sp['ess']:.3g})"
+            )
         lines += [f"  advice: {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -147,7 +164,7 @@ def plan(
         The clip bounds the steps would use (per raveled coordinate, or one L2 bound).
     info_per_row : float or array, optional
         Expected per-row Fisher information per raveled coordinate (public knowledge, e.g. from
-        a similar public study). Default ``0.1 B_j^2``.
+        a similar public study). Default ``0.04 B_j^2`` (module docstring).
 
     Returns
     -------
@@ -178,7 +195,7 @@ def plan(
     ratio_l2 = 1.0 / (l2 * posterior_sd)
     mu = gaussian_mu_for_budget(epsilon, delta)
 
-    s_w = 1.0 / math.sqrt(2.0 * _LAST_SHARE * mu)
+    s_w = 1.0 / math.sqrt(2.0 * LAST_SHARE * mu)
     lap_err = float(np.sqrt(np.mean((2.0 * s_w / ratio_l2) ** 2)))
     lap_sd = math.sqrt(1.0 + lap_err**2)
 
@@ -188,8 +205,19 @@ def plan(
     step_sd = float(np.median(_SIGMA * ratio / (2.0 * s)))
     ess = float(np.min(chains * draws * 0.18 * ratio**2 / (dim * s**2)))
 
-    laplace_ok = lap_err <= 0.5 and lap_sd <= 1.5
+    # "usable": every mean within 0.5 posterior sd and every sd within [0.67, 1.5] x; with d
+    # coordinates of error sd e the first holds with probability (2 Phi(0.5 / e) - 1)^d
+    e_max = _largest_error(dim)
+    laplace_ok = lap_err <= e_max and lap_sd <= 1.5
     mcmc_ok = ess >= ESS_FOR_MCMC
+    # the split: a DP chain's ESS is 0.36 r^2 mu_s draws / (d (tune + draws)) whatever the
+    # number of chains, so tuning is kept to what dual averaging needs (~200 iterations)
+    if mcmc_ok:
+        short_tune = min(tune, max(MIN_TUNE, draws // 4))
+        split_ess = ess * (tune + draws) / (short_tune + draws)
+        split = dict(warm_start=0.5, tune=short_tune, draws=draws, chains=chains, ess=split_ess)
+    else:  # iid draws from the noise-aware fit: no tuning, every draw effective
+        split = dict(warm_start=1.0, tune=0, draws=draws, chains=chains, ess=chains * draws)
     advice: list[str] = []
     if mcmc_ok:
         recommended = "DPPenalty"
@@ -201,11 +229,12 @@ def plan(
         )
     else:
         recommended = "DPLaplace"
-        need_n = n * max(lap_err / 0.5, (lap_sd**2 - 1) / 1.25) ** 2
+        need_n = n * (lap_err / e_max) ** 2
         advice.append(
             f"even the best use of the budget (DPLaplace) misplaces the mode by ~{lap_err:.2f} "
-            f"posterior sds: about {need_n:.3g} rows, or a larger epsilon (error ~ 1 / epsilon), "
-            "would make it usable"
+            f"posterior sds per coordinate (every one of the {dim} within 0.5 sd needs "
+            f"<= {e_max:.2f}): about {need_n:.3g} rows, or a {lap_err / e_max:.2g}x larger "
+            "epsilon (error ~ 1 / epsilon), would make it usable"
         )
         advice.append(
             "for a conjugate exponential-family model, pdp.expfam releases the sufficient "
@@ -236,7 +265,14 @@ def plan(
         recommended=recommended,
         feasible=mcmc_ok or laplace_ok,
         advice=advice,
+        split=split,
     )
+
+
+def _largest_error(dim: int, within: float = 0.5, chance: float = 0.5) -> float:
+    """Largest per-coordinate error sd with which all ``dim`` coordinates land within ``within``
+    posterior sds with probability ``chance`` (errors independent N(0, e^2))."""
+    return within / float(ndtri(0.5 * (1.0 + chance ** (1.0 / dim))))
 
 
 def _initial_q(model: Model) -> np.ndarray:

@@ -120,6 +120,10 @@ def sanitize(
     return tree
 
 
+#: Chains of :func:`sample` by default, whatever the number of cores: R-hat needs several.
+DEFAULT_CHAINS = 4
+
+
 def sample(
     draws: int = 1000,
     *,
@@ -137,9 +141,11 @@ def sample(
     Parameters
     ----------
     draws, tune, chains, cores, random_seed
-        As in :func:`pymc.sample`. Tuning iterations are burn-in that spends privacy budget like
-        draws; every chain is a separate release, so the budget covers ``chains x (tune + draws)``
-        iterations. ``random_seed`` reproduces proposals, not the privacy noise.
+        As in :func:`pymc.sample`, except that ``chains`` defaults to 4 on any machine (so that
+        R-hat exists; the budget is split over the chains, not multiplied). Tuning iterations
+        are burn-in that spends privacy budget like draws; every chain is a separate release, so
+        the budget covers ``chains x (tune + draws)`` iterations. ``random_seed`` reproduces
+        proposals, not the privacy noise.
     step : DPStep
         One DP step method covering every free variable of the model.
     noise_seed : int, optional
@@ -191,10 +197,10 @@ def sample(
             "what the whitelist removes. Use the returned DataTree."
         )
     kwargs.pop("return_inferencedata", None)
-    if cores is None:
-        cores = min(4, default_chains())
     if chains is None:
-        chains = max(2, cores)
+        chains = DEFAULT_CHAINS
+    if cores is None:
+        cores = min(chains, default_chains())
     plan = step.plan(tune=tune, draws=draws, chains=chains)  # refuses before any data is touched
     advice = _planner_advice(step, model, plan)
     if noise_seed is not None:

@@ -14,27 +14,32 @@ noise source):
   l_i)\mathrm{clip}_B(\nabla l_i)^T + N` on its upper triangle (sensitivity
   :math:`\sqrt 2\, T B^2`), symmetrised,
 
-and moves to :math:`q_{t+1} = q_t + H_t^{-1}(\tilde g_t + \nabla \log p(q_t))` with
-:math:`H_t = \tilde F_t + P(q_t)`, the prior's curvature :math:`P = -\nabla^2 \log p` (public),
-projected to be positive definite (eigenvalues floored at the prior precision's smallest), which
-bounds every step by the prior's scale. Away from the mode the empirical Fisher information
-over-states the curvature, so the steps fall short (never overshoot) and the walk converges
-from below; at the mode it matches the observed information of a well-specified model.
-
-The result is a Laplace approximation :math:`N(\hat q, H^{-1})` at :math:`\hat q = q_T` and,
-because :math:`\hat q` carries the last release's noise :math:`H^{-1}\xi`, a *noise-aware* one:
-:math:`N(\hat q, H^{-1} + \sigma_T^2 H^{-2})`. Its draws start chains, its covariance
+and moves by a Newton step with curvature :math:`\tilde F_t + P(q_t)`, the prior's curvature
+:math:`P = -\nabla^2 \log p` (public). The last step instead moves to the posterior mean given its
+release: the noisy gradient carries information :math:`A = F (F + \sigma^2 I)^{-1} F` about the
+mode (:math:`\sigma` its noise std), so the result is the *noise-aware* Laplace approximation
+:math:`N(\hat q, (A + P)^{-1})`. In a direction the data inform well (:math:`F \gg \sigma^2`)
+this is the usual :math:`(F + P)^{-1}` widened by the noise, :math:`F^{-1} + \sigma^2
+F^{-2}`; in one they barely inform, the prior's width. Its draws start chains, its covariance
 preconditions proposals and mass matrices; :class:`~pymc_dp.DPLaplace` samples it directly.
 
 Budget: a share ``mu`` of the Gaussian privacy loss :math:`\mu` (all releases are Gaussian
 mechanisms, composed exactly with the sampling that follows, in the same ledger, once per run).
-Within it, 20% goes to the Fisher releases (a noisy curvature makes every Newton step erratic),
-60% to the last gradient, which fixes :math:`\hat q`, and the rest to the earlier gradients, which
-only need to bring the walk within a few posterior sds of the mode. Measured on a logistic
-regression (n = 1e5, d = 10, covariates uniform on [-1, 1], epsilon = 1 for the warm start alone):
-median error 0.36 posterior sds per coordinate, and the noise-aware covariance calibrated (the
-errors' z-scores have root mean square 1.04 over 12 runs). Everything here is computed from
-releases and public values.
+Within it, 25% goes to the Fisher releases (a noisy curvature makes every Newton step erratic;
+the last one, which shapes the covariance, gets twice the others'), 55% to the last gradient,
+which fixes :math:`\hat q`, and the rest to the earlier gradients, which only need to bring the
+walk within a few posterior sds of the mode. Travel steps pad their curvature by a quarter of the
+Fisher noise's spread :math:`2 \tau \sqrt d`, and the last step removes half of it from the
+Fisher information before weighing the release, so a direction the data barely inform keeps the
+prior's width instead of a width faked by noise (a public rule: it depends on the noise scales).
+
+Measured against NUTS (6 runs each, the warm start spending the whole budget): on a logistic
+regression with n = 1e5, d = 10 and covariates uniform on [-1, 1], the median error is 0.73
+posterior sds per coordinate at epsilon = 1 (0.15 at epsilon = 4) and the noise-aware intervals
+are calibrated (root mean square z-score of the errors 1.0 and 0.7). On the real data sets of the
+benchmark (statsmodels' ``randhie`` and ``fair``, strongly correlated covariates, n = 2e4 and
+6e3) the errors are several posterior sds but the intervals widen to cover them (z-score rms
+0.4-0.8): honest, not accurate. Everything here is computed from releases and public values.
 """
 
 from __future__ import annotations
@@ -51,9 +56,9 @@ from pymc_dp.noise import NoiseSource
 __all__ = ["WarmStart", "warm_start", "warm_start_mechanisms"]
 
 #: Share of the warm start's privacy loss spent on Fisher information releases.
-FISHER_SHARE = 0.2
+FISHER_SHARE = 0.25
 #: Share of the last gradient release, which fixes the estimate.
-LAST_SHARE = 0.6
+LAST_SHARE = 0.55
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,9 @@ def _budget(mu: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
     early = 2.0 ** np.arange(steps - 1)  # doubling: each step starts closer to the mode
     grad = np.r_[(1.0 - FISHER_SHARE - LAST_SHARE) * mu * early / max(early.sum(), 1.0), 0.0]
     grad[-1] = (LAST_SHARE if steps > 1 else 1.0 - FISHER_SHARE) * mu
-    fisher = np.full(steps, FISHER_SHARE * mu / steps)
+    # the last Fisher release shapes the covariance: it gets twice the others' share
+    weights = np.r_[np.ones(steps - 1), 2.0]
+    fisher = FISHER_SHARE * mu * weights / weights.sum()
     return grad, fisher
 
 
@@ -178,26 +185,25 @@ def warm_start(
         fisher = np.zeros((dim, dim))
         fisher[rows, cols] = tri
         fisher = fisher + np.triu(fisher, 1).T  # the released upper triangle, mirrored
-        # the symmetric noise matrix has spectral norm ~ 2 tau sqrt(d): shrink by it, so that a
-        # direction the data barely inform is not made to look informed by noise
-        tau = noise.gaussian_std(f_sens, s_f, tri.size) / np.sqrt(1.0)
-        fisher = _shrink(fisher, 2.0 * tau * np.sqrt(dim))
+        # the symmetric noise matrix has spectral norm ~ 2 tau sqrt(d): a direction whose
+        # information is below that is not known from this release
+        tau = noise.gaussian_std(f_sens, s_f, tri.size)
+        spread = 2.0 * tau * np.sqrt(dim)
         prior_precision = _positive_definite(-likelihood.prior_hessian(q), 0.0)
-        # noise-aware update: A = F (F + sigma^2 I)^{-1} F is the information of the release
-        gain = np.linalg.solve(fisher + sigma2 * np.eye(dim), np.eye(dim))
-        info = fisher @ gain @ fisher
-        info = 0.5 * (info + info.T)
-        precision = _positive_definite(info + prior_precision, 1e-12)
         if t < steps - 1:
-            # travelling: a Newton step, with a ridge that keeps the noise's step in a direction
-            # the data barely inform within about one prior sd (sigma / (lambda + ridge))
-            p_min = max(float(np.linalg.eigvalsh(prior_precision).min()), 1e-12)
-            ridge = np.sqrt(sigma2 * p_min)
-            newton = _positive_definite(fisher + prior_precision, 1e-12) + ridge * np.eye(dim)
-            step = np.linalg.solve(newton, g_tilde + prior_grad)
+            # travelling: a Newton step whose curvature is padded by a quarter of the Fisher
+            # noise's spread, so that noise cannot make a direction look flat and throw the
+            # walk far out along it (a public rule: it depends on the noise scale only)
+            padded = _positive_definite(fisher, 0.0) + prior_precision + 0.25 * spread * np.eye(dim)
+            step = np.linalg.solve(padded, g_tilde + prior_grad)
         else:
-            # arriving: the posterior mean given this last release, which weighs each direction
-            # by how much the release informs it
+            # arriving: the posterior mean given this last release, with the information the
+            # noise could have faked removed (_shrink), so uninformed directions keep the prior's
+            # width; A = F (F + sigma^2 I)^{-1} F is the information of the noisy gradient
+            fisher = _shrink(fisher, 0.5 * spread)
+            gain = np.linalg.solve(fisher + sigma2 * np.eye(dim), np.eye(dim))
+            info = fisher @ gain @ fisher
+            precision = _positive_definite(0.5 * (info + info.T) + prior_precision, 1e-12)
             step = np.linalg.solve(precision, fisher @ gain @ g_tilde + prior_grad)
         if not np.all(np.isfinite(step)):
             break

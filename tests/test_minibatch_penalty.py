@@ -175,6 +175,7 @@ def test_reproducible_and_contract(tempered_banana_model):
         "dp_epsilon",
         "dp_delta",
         "batch_size",
+        "step_scale",
     }
     assert set(a.sample_stats["batch_size"].values.ravel()) == {B}  # not the realised size
     report = pdp.privacy_report(a)
