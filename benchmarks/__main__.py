@@ -7,9 +7,11 @@ import logging
 import time
 import warnings
 
+# scipy's OpenBLAS must be loaded before threadpool_limits, or it escapes the one-thread limit
+import scipy.linalg  # noqa: F401
 from threadpoolctl import threadpool_limits
 
-from benchmarks import bench_abcdp, bench_expfam
+from benchmarks import bench_abcdp, bench_expfam, floor, utility
 from benchmarks.hmc import banana_mmd_rows, hmc_rows
 from benchmarks.kernels import kernel_rows
 from benchmarks.minibatch import minibatch_goal_rows, minibatch_rows, minibatch_tables
@@ -92,6 +94,18 @@ def main(argv: list[str] | None = None) -> None:
             ((2_000, 20_000), 500) if args.quick else ((10_000, 100_000, 1_000_000), 1000)
         )
         goals += bench_minibatch(mb_sizes, mb_batch, args.d, repeats)
+        floor_n = 2_000 if args.quick else 100_000
+        print(f"\n== The hardware floor: hand-written Numba loops, n = {floor_n:_} ==")
+        print(
+            "ms per iteration of the per-row work alone (no noise, no test); ratio = compiled "
+            "kernels / floor (fastmath: the floor with PyTensor's fastmath flags)"
+        )
+        rows = floor.kernel_rows(floor_n, repeats)
+        print(
+            format_table(
+                ["work", "kernels", "floor", "fastmath floor", "ratio", "vs fastmath"], rows
+            )
+        )
 
     print("\n== Goals (ratio <= goal) ==")
     rows = [
@@ -108,6 +122,19 @@ def main(argv: list[str] | None = None) -> None:
     bench_abcdp.main(args.quick)
     print("\n== Noisy sufficient statistics: Gibbs iterations per second ==")
     bench_expfam.main(args.quick)
+    print("\n== Utility on real data: zero-tuning calls at epsilon 1 and 4 against NUTS ==")
+    print(
+        "|z| = |mean - NUTS mean| / NUTS sd (max, median over coefficients); sd ratio = sd / NUTS "
+        "sd; 4 chains; planner = its verdict before the run; d3p rows from benchmarks/_cache"
+    )
+    with threadpool_limits(limits=1):
+        if args.quick:
+            rows = utility.utility_rows(["synthetic_1e5"], [4.0], ["DPLaplace"], 200, 200)
+        else:
+            rows = utility.utility_rows(
+                utility.NAMES, [1.0, 4.0], list(utility.SAMPLERS), 1000, 1000
+            )
+    print(format_table(utility.HEADER, rows))
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 

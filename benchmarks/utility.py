@@ -14,6 +14,7 @@ are read from the cache of :func:`benchmarks.realdata.d3p_fit` (its environment 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -29,20 +30,42 @@ __all__ = ["SAMPLERS", "main", "run", "utility_rows"]
 
 Factory = Callable[[realdata.RealData, float], pdp.DPStep]
 
-#: The zero-tuning calls: nothing but the budget and public clip bounds.
+
+def _minibatch(data: realdata.RealData, eps: float) -> pdp.DPStep:
+    """DPMinibatchPenalty does not tune itself (its sensitivity is not linear in the step): its
+    proposal is the planner's step (public), started from the same private warm start."""
+    planned = pdp.plan(epsilon=eps, llr_clip=data.abs_bounds)
+    return pdp.DPMinibatchPenalty(
+        epsilon=eps,
+        batch_size=max(1000, data.n // 10),
+        llr_clip=data.abs_bounds,
+        proposal_scale=planned.penalty_step_sd * planned.posterior_sd,
+        proposal="gwmh",
+        sampling="poisson",
+        warm_start=0.5,
+    )
+
+
+#: The zero-tuning calls: nothing but the budget and public clip bounds. (DPBarker is left out:
+#: it samples a posterior tempered to n0 rows, by design wider than NUTS' on n rows.)
 SAMPLERS: dict[str, Factory] = {
     "DPLaplace": lambda data, eps: pdp.DPLaplace(epsilon=eps, grad_clip=data.row_norm_bound),
     "DPPenalty": lambda data, eps: pdp.DPPenalty(epsilon=eps, llr_clip=data.abs_bounds),
     "DPHMC": lambda data, eps: pdp.DPHMC(
         epsilon=eps, llr_clip=data.row_norm_bound, grad_clip=data.row_norm_bound
     ),
+    "DPMinibatchPenalty": _minibatch,
 }
+#: The data sets of the table: the issue's, with randhie as logistic regression (the Poisson
+#: variant needs its own clip bounds, ``pdp.glm_clip``, and is left to ``--names``).
+NAMES = ["synthetic_1e5", "synthetic_1e6", "randhie", "fair", "breast_cancer"]
 
 
 def run(
     name: str, sampler: str, epsilon: float, *, draws: int = 1000, tune: int = 1000, seed: int = 1
 ) -> dict:
     """One zero-tuning run; its comparison with NUTS and its diagnostics."""
+    # noise_seed makes the table reproducible (the report marks such runs NOISE SEEDED)
     data = realdata.load(name)
     ref = realdata.nuts_reference(name)
     model = realdata.model(data)
@@ -51,6 +74,7 @@ def run(
         warnings.simplefilter("ignore")
         step = SAMPLERS[sampler](data, epsilon)
         idata = pdp.sample(
+            noise_seed=seed,
             draws=draws,
             tune=tune,
             chains=4,
@@ -89,6 +113,7 @@ def utility_rows(
                 if sampler == "DPHMC" and data.n > 200_000:
                     continue  # L + 2 kernel calls per iteration: minutes per run at n = 1e6
                 r = run(name, sampler, eps, draws=draws, tune=tune)
+                print(f"  {name} eps={eps:g} {sampler}: {r}", file=sys.stderr, flush=True)
                 rows.append(
                     (
                         name,
@@ -105,21 +130,23 @@ def utility_rows(
                         verdict if sampler == planned.recommended else "",
                     )
                 )
-            fit = _cached_d3p(name, eps)
-            if fit is not None:
-                c = realdata.compare(fit, realdata.nuts_reference(name))
+            fits = _cached_d3p(name, eps)
+            if fits:
+                ref = realdata.nuts_reference(name)
+                cs = [realdata.compare(fit, ref) for fit in fits]
                 rows.append(
                     (
                         name,
                         data.n,
                         eps,
-                        "d3p DPVI (cached)",
-                        c["z_max"],
-                        c["z_med"],
-                        f"{c['sd_ratio_min']:.2f}-{c['sd_ratio_max']:.2f}",
+                        f"d3p DPVI (median of {len(fits)} seeds)",
+                        float(np.median([c["z_max"] for c in cs])),
+                        float(np.median([c["z_med"] for c in cs])),
+                        f"{np.median([c['sd_ratio_min'] for c in cs]):.2f}-"
+                        f"{np.median([c['sd_ratio_max'] for c in cs]):.2f}",
                         float("nan"),
                         float("nan"),
-                        fit["seconds"],
+                        float(np.median([fit["seconds"] for fit in fits])),
                         eps,
                         "",
                     )
@@ -127,11 +154,13 @@ def utility_rows(
     return rows
 
 
-def _cached_d3p(name: str, eps: float) -> dict | None:
-    path = realdata._cache_path(f"{name}_d3p_eps{eps:g}_seed0", ".json")
-    if not path.exists():
-        return None
-    return realdata.d3p_fit(name, eps, 0)
+def _cached_d3p(name: str, eps: float) -> list[dict]:
+    """d3p's fits from the cache (its environment is separate: ``benchmarks/d3p_env.sh``)."""
+    return [
+        realdata.d3p_fit(name, eps, seed)
+        for seed in range(3)
+        if realdata._cache_path(f"{name}_d3p_eps{eps:g}_seed{seed}", ".json").exists()
+    ]
 
 
 HEADER = [
@@ -152,7 +181,7 @@ HEADER = [
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--names", nargs="+", default=list(realdata.NAMES))
+    p.add_argument("--names", nargs="+", default=NAMES)
     p.add_argument("--eps", nargs="+", type=float, default=[1.0, 4.0])
     p.add_argument("--samplers", nargs="+", default=list(SAMPLERS))
     p.add_argument("--quick", action="store_true", help="200 + 200 iterations")
