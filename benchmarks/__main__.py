@@ -19,10 +19,12 @@ from benchmarks.models import logistic_problem
 from benchmarks.samplers import sampler_rows
 from benchmarks.timing import format_table, set_clock
 
-#: Goals from the issues: per-row gradients within 2x of PyMC's summed gradient, a DPPenalty
-#: iteration within 1.5x of a Metropolis iteration, a DPHMC iteration within 2x of HMC's; a
-#: minibatch iteration at n = 1e6 within 1.2x of one at n = 1e4 (``benchmarks.minibatch``).
-GRAD_GOAL, ITERATION_GOAL, HMC_GOAL = 2.0, 1.5, 2.0
+#: Goals from the issues: per-row gradients within 2x of PyMC's summed gradient; a DPPenalty
+#: iteration no slower than a Metropolis iteration and a DPHMC iteration no slower than HMC's
+#: (issue 12); the per-row work within 1.5x of a hand-written Numba loop doing the same work
+#: (fastmath off, as the issue measured it); a minibatch iteration at n = 1e6 within 1.2x of one
+#: at n = 1e4 (``benchmarks.minibatch``).
+GRAD_GOAL, ITERATION_GOAL, HMC_GOAL, FLOOR_GOAL = 2.0, 1.0, 1.0, 1.5
 
 GoalRow = tuple[int, str, str, float, float]
 
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
         help="time with process CPU time instead of wall time (for machines under load)",
     )
     parser.add_argument("--d", type=int, default=10, help="number of coefficients (default 10)")
+    parser.add_argument(
+        "--no-utility", action="store_true", help="skip the real-data utility table (long)"
+    )
     args = parser.parse_args(argv)
 
     # pm.sample logs each run and the DP step warns that plain pm.sample keeps the data: noise here.
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
             "kernels / floor (fastmath: the floor with PyTensor's fastmath flags)"
         )
         rows = floor.kernel_rows(floor_n, repeats)
+        goals += [(floor_n, r[0], "numba floor", r[4], FLOOR_GOAL) for r in rows]
         print(
             format_table(
                 ["work", "kernels", "floor", "fastmath floor", "ratio", "vs fastmath"], rows
@@ -122,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     bench_abcdp.main(args.quick)
     print("\n== Noisy sufficient statistics: Gibbs iterations per second ==")
     bench_expfam.main(args.quick)
+    if args.no_utility:
+        print(f"\ntotal {time.perf_counter() - start:.0f} s")
+        return
     print("\n== Utility on real data: zero-tuning calls at epsilon 1 and 4 against NUTS ==")
     print(
         "|z| = |mean - NUTS mean| / NUTS sd (max, median over coefficients); sd ratio = sd / NUTS "

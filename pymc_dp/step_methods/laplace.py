@@ -9,7 +9,7 @@ every chain is an independent draw from it: post-processing, no further access t
 
 This is not MCMC on the posterior. It is the right tool when the posterior is close to Gaussian
 (many rows per parameter, a GLM) and the budget is too small for a chain to mix: the planner
-(:func:`pymc_dp.plan_run`) recommends it there. The chains it returns are independent draws, so
+(:func:`pymc_dp.plan`) recommends it there. The chains it returns are independent draws, so
 R-hat and ESS describe the draws, not the quality of the approximation.
 """
 
