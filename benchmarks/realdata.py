@@ -585,11 +585,13 @@ def compare(fit: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
     dict
         ``z_max`` and ``z_med`` (max and median over coefficients of
         ``|mean_fit - mean_ref| / sd_ref``), and ``sd_ratio_med``, ``sd_ratio_min``,
-        ``sd_ratio_max`` of ``sd_fit / sd_ref``.
+        ``sd_ratio_max`` of ``sd_fit / sd_ref``, and ``z_own_max``: the largest error in the
+        fit's own sds (about 2 or less when its intervals cover the reference mean).
     """
     z = np.abs(np.asarray(fit["mean"]) - ref["mean"]) / ref["sd"]
     r = np.asarray(fit["sd"]) / ref["sd"]
     return {
+        "z_own_max": float(np.max(z / r)),
         "z_max": float(np.max(z)),
         "z_med": float(np.median(z)),
         "sd_ratio_med": float(np.median(r)),
