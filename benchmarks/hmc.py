@@ -39,8 +39,9 @@ def hmc_rows(problem: Problem, repeats: int) -> list[tuple[str, float, str, floa
             step_rand=lambda s, rng=None: s,  # no jitter: exactly N_STEPS steps
         )
 
-    def dphmc() -> pdp.DPHMC:
+    def dphmc(exact_noise: bool = False) -> pdp.DPHMC:
         return pdp.DPHMC(
+            exact_noise=exact_noise,
             noise_multiplier=100.0,  # fixed noise, no budget: a timing loop must not hit one
             step_size=step_size,
             n_steps=N_STEPS,
@@ -51,8 +52,13 @@ def hmc_rows(problem: Problem, repeats: int) -> list[tuple[str, float, str, floa
 
     base = per_call_ms(_iteration(problem, pymc_hmc), repeats=repeats)
     ms = per_call_ms(_iteration(problem, dphmc), repeats=repeats)
+    exact = per_call_ms(_iteration(problem, lambda: dphmc(exact_noise=True)), repeats=repeats)
     name = f"pm.HamiltonianMC ({N_STEPS} steps)"
-    return [(f"DPHMC (L = {N_STEPS})", ms, name, ms / base), (name, base, "", float("nan"))]
+    return [
+        (f"DPHMC (L = {N_STEPS})", ms, name, ms / base),
+        (f"DPHMC (L = {N_STEPS}, exact_noise)", exact, name, exact / base),
+        (name, base, "", float("nan")),
+    ]
 
 
 def banana_mmd_rows(runs: int = 10, seed: int = 0) -> list[tuple]:

@@ -51,7 +51,7 @@ def sampler_rows(problem: Problem, repeats: int) -> list[tuple[str, float, str, 
     # Timing only: the proposal scale and noise change acceptance, not the cost of an iteration.
     scale = 0.1 / np.sqrt(problem.n)
 
-    def dp(proposal: str) -> Callable[[], DPPenalty]:
+    def dp(proposal: str, exact_noise: bool = False) -> Callable[[], DPPenalty]:
         # A fixed noise multiplier and no epsilon: a timing loop must not hit a budget.
         return lambda: DPPenalty(
             noise_multiplier=100.0,
@@ -59,12 +59,14 @@ def sampler_rows(problem: Problem, repeats: int) -> list[tuple[str, float, str, 
             proposal_scale=scale,
             proposal=proposal,
             chains=1,
+            exact_noise=exact_noise,
         )
 
     elementwise = f"pm.Metropolis (default: {problem.d} element updates)"
     makers = {
         "DPPenalty (random_walk)": dp("random_walk"),
         "DPPenalty (gwmh)": dp("gwmh"),
+        "DPPenalty (random_walk, exact_noise)": dp("random_walk", exact_noise=True),
         JOINT: _joint_metropolis,
         elementwise: lambda: pm.Metropolis(tune=False),
     }

@@ -28,31 +28,38 @@ from benchmarks.timing import format_table
 
 __all__ = ["SAMPLERS", "main", "run", "utility_rows"]
 
-Factory = Callable[[realdata.RealData, float], pdp.DPStep]
+#: ``(data, epsilon, noise_seed) -> step``; the seed goes to the step, whose warm start runs
+#: when it is made.
+Factory = Callable[[realdata.RealData, float, int], pdp.DPStep]
 
 
-def _minibatch(data: realdata.RealData, eps: float) -> pdp.DPStep:
+def _minibatch(data: realdata.RealData, eps: float, seed: int) -> pdp.DPStep:
     """DPMinibatchPenalty does not tune itself (its sensitivity is not linear in the step): its
     proposal is the planner's step (public), started from the same private warm start."""
     planned = pdp.plan(epsilon=eps, llr_clip=data.abs_bounds)
     return pdp.DPMinibatchPenalty(
         epsilon=eps,
-        batch_size=max(1000, data.n // 10),
+        batch_size=min(max(1000, data.n // 10), data.n // 2),  # a batch, even at n = 569
         llr_clip=data.abs_bounds,
         proposal_scale=planned.penalty_step_sd * planned.posterior_sd,
         proposal="gwmh",
         sampling="poisson",
         warm_start=0.5,
+        noise_seed=seed,
     )
 
 
 #: The zero-tuning calls: nothing but the budget and public clip bounds. (DPBarker is left out:
 #: it samples a posterior tempered to n0 rows, by design wider than NUTS' on n rows.)
 SAMPLERS: dict[str, Factory] = {
-    "DPLaplace": lambda data, eps: pdp.DPLaplace(epsilon=eps, grad_clip=data.row_norm_bound),
-    "DPPenalty": lambda data, eps: pdp.DPPenalty(epsilon=eps, llr_clip=data.abs_bounds),
-    "DPHMC": lambda data, eps: pdp.DPHMC(
-        epsilon=eps, llr_clip=data.row_norm_bound, grad_clip=data.row_norm_bound
+    "DPLaplace": lambda data, eps, seed: pdp.DPLaplace(
+        epsilon=eps, grad_clip=data.row_norm_bound, noise_seed=seed
+    ),
+    "DPPenalty": lambda data, eps, seed: pdp.DPPenalty(
+        epsilon=eps, llr_clip=data.abs_bounds, noise_seed=seed
+    ),
+    "DPHMC": lambda data, eps, seed: pdp.DPHMC(
+        epsilon=eps, llr_clip=data.row_norm_bound, grad_clip=data.row_norm_bound, noise_seed=seed
     ),
     "DPMinibatchPenalty": _minibatch,
 }
@@ -72,7 +79,7 @@ def run(
     start = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = SAMPLERS[sampler](data, epsilon)
+        step = SAMPLERS[sampler](data, epsilon, seed)
         idata = pdp.sample(
             noise_seed=seed,
             draws=draws,

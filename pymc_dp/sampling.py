@@ -282,6 +282,12 @@ def _with_noise_seed(step: DPStep, plan, noise_seed: int):
         raise TypeError(f"`noise_seed` must be an integer, got {noise_seed!r}")
     if plan.exact_noise:
         raise ValueError("`noise_seed` cannot seed OpenDP's exact samplers: give one or other.")
+    if getattr(step, "warm", None) is not None and step.noise_seed != int(noise_seed):
+        # the warm start ran when the step was made: a seed given now cannot reproduce it
+        raise ValueError(
+            f"`noise_seed` of pdp.sample cannot reach the private warm start {type(step).__name__} "
+            "ran when it was created; give `noise_seed=` to the step instead."
+        )
     ledger = replace(plan.ledger, noise_seeded=True)
     return replace(plan, noise_seed=int(noise_seed), ledger=ledger)
 

@@ -296,3 +296,14 @@ def test_sanitize_drops_groups_and_stats_of_other_origins(regression):
     clean = pdp.sanitize(idata, model)
     assert set(clean.children) == {"posterior", "sample_stats"}
     assert not clean.sample_stats.data_vars  # no DP step ran: no stat is releasable
+
+
+def test_a_late_noise_seed_cannot_claim_the_warm_start(regression):
+    """A warm start spends its noise when the step is made: pdp.sample(noise_seed=) cannot make it
+    reproducible, so it is refused (the ledger would say "noise seeded" of unseeded releases)."""
+    model, _, _ = regression
+    step = _make(model, "laplace", chains=1)
+    with pytest.raises(ValueError, match="`noise_seed`.*warm start"):
+        _sample(model, step, chains=1, noise_seed=3)
+    seeded = _make(model, "laplace", chains=1, noise_seed=3)
+    assert pdp.privacy_report(_sample(model, seeded, chains=1, noise_seed=3)).noise_seeded
