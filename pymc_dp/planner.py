@@ -66,10 +66,10 @@ __all__ = ["Plan", "plan"]
 #: Assumed per-row Fisher information per coordinate, as a fraction of B_j^2 (module docstring).
 DEFAULT_INFO_FRACTION = 0.04
 #: Measured error of the warm start's mode over the one-release prediction ``2 s_w / r``: 1.0-1.7
-#: on the benchmark's synthetic logistic regressions (n = 1e5 and 1e6, epsilon 1 and 4), 2.1-2.3
+#: on the benchmark's synthetic logistic regressions (n = 1e5 and 1e6, epsilon 1 and 4), 1.0-1.2
 #: on the README's randhie model with covariates centred on their public ranges (5 runs each at
-#: epsilon 2 and 4). Covariates left uncentred (in [0, 1]) measured 4-7: centre them.
-WARM_START_GAP = 2.0
+#: epsilon 2 and 4). Covariates left uncentred (in [0, 1]) measured 2-3.5: centre them.
+WARM_START_GAP = 1.5
 #: Noise std on the log ratio the zero-tuning penalty steps settle at (acceptance ~0.25).
 _SIGMA = 2.4
 _ACCEPT = 0.25
@@ -141,8 +141,11 @@ def _bounds(dim: int, llr_clip, grad_clip) -> tuple[np.ndarray, float]:
         if per.shape != (dim,) or not np.all(np.isfinite(per) & (per > 0)):
             raise ValueError(f"`llr_clip` must be > 0 with {dim} entries, got {llr_clip}")
         return per, float(np.linalg.norm(per))
+    # one L2 bound: the public facts behind it do not say how it splits over the coordinates;
+    # assume evenly (|x_j| <= B / sqrt(d)), as for covariates sharing one public range, so that
+    # grad_clip = sqrt(d) plans like llr_clip = ones(d)
     l2 = check_positive(grad_clip if grad_clip is not None else llr_clip, "grad_clip")
-    return np.full(dim, l2), l2
+    return np.full(dim, l2 / np.sqrt(dim)), l2
 
 
 def plan(

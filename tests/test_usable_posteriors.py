@@ -254,6 +254,9 @@ def test_planner_reads_no_data_and_says_when_a_run_cannot_work():
     # the same predictions for other data values: only n, the priors and the bounds count
     again = pdp.plan(model(569), epsilon=1.0, llr_clip=np.ones(8))
     assert again.laplace_error_sd == pytest.approx(tiny.laplace_error_sd)
+    # one L2 bound plans like the per-coordinate bounds it splits evenly into
+    l2 = pdp.plan(small, epsilon=1.0, grad_clip=np.sqrt(8))
+    assert l2.laplace_error_sd == pytest.approx(tiny.laplace_error_sd)
     with small, pytest.warns(UserWarning, match="planner predicts"):
         step = pdp.DPPenalty(epsilon=1.0, llr_clip=np.ones(8), proposal_scale=0.01)
         pdp.sample(draws=20, tune=0, chains=2, cores=1, step=step, progressbar=False)
