@@ -263,13 +263,20 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""
     advice = "; ".join(predicted.advice)
-    if not predicted.feasible or type(step).__name__ != predicted.recommended:
+    name = type(step).__name__
+    if not predicted.feasible:
         dp_warn(
             [
-                f"the planner predicts {type(step).__name__} will not give a usable posterior "
-                f"here (it recommends {predicted.recommended}"
-                + ("" if predicted.feasible else ", and even that is not feasible")
-                + (f"): {advice}" if advice else ")")
+                f"the planner predicts no usable posterior here, from {name} or even from "
+                f"{predicted.recommended}, the best use of this budget: {advice}"
+            ]
+        )
+    elif predicted.recommended == "DPLaplace" and name != "DPLaplace":
+        # the planner models MCMC by DPPenalty: a chain that cannot mix, whatever its kernel
+        dp_warn(
+            [
+                f"the planner predicts {name} will not give a usable posterior here (a chain "
+                f"would not mix at this budget); it recommends DPLaplace: {advice}"
             ]
         )
     return advice
