@@ -267,8 +267,9 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
     if not predicted.feasible:
         dp_warn(
             [
-                f"the planner predicts no usable posterior here, from {name} or even from "
-                f"{predicted.recommended}, the best use of this budget: {advice}"
+                f"the planner predicts no usable posterior here, from {name}"
+                + ("" if name == predicted.recommended else f" or {predicted.recommended}")
+                + f": {advice}"
             ]
         )
     elif predicted.recommended == "DPLaplace" and name != "DPLaplace":
