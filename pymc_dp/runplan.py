@@ -254,6 +254,7 @@ def make_plan(
     exact_noise: bool = False,
     delta_rule: str = "",
     shared: tuple = (),
+    adaptation: str = "",
 ) -> RunPlan:
     """Calibrate (``epsilon`` alone), check (``epsilon`` and ``noise_multiplier``) or just count
     (``noise_multiplier`` alone) a run after the ``shared`` releases (a warm start); raise
@@ -281,6 +282,7 @@ def make_plan(
         noise_seeded=noise_seed is not None,
         exact_noise=bool(exact_noise),
         delta_rule=delta_rule,
+        adaptation=adaptation,
     )
     ledger = run_ledger(mechanisms, scale, iterations, chains, delta, shared, **meta)
     if epsilon is not None and ledger.epsilon > epsilon * (1 + 1e-12):

@@ -317,6 +317,7 @@ class PrivacyReport:
     noise_seeded: bool = False
     delta_rule: str = ""
     warm_start_epsilon: float | None = None
+    adaptation: str = ""
 
     def __str__(self) -> str:
         lines = [
@@ -336,6 +337,8 @@ class PrivacyReport:
                 "before sampling; the rest by the chains)"
             )
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
+        if self.adaptation:
+            lines.append(f"  adaptation:   {self.adaptation}")
         if not self.releasable:
             lines.append("  NOT RELEASABLE: computed with exact diagnostics (diagnostics=True)")
         if self.noise_seeded:
@@ -375,6 +378,7 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             noise_seeded=ledger.noise_seeded,
             delta_rule=ledger.delta_rule,
             warm_start_epsilon=warm,
+            adaptation=ledger.adaptation,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
     if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):

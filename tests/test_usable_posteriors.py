@@ -14,6 +14,8 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_epsilon, gaussian_mu_for_budget
 from pymc_dp.noise import NoiseSource
+from pymc_dp.step_methods import adaptation
+from pymc_dp.step_methods.adaptation import WindowedCovariance
 from pymc_dp.step_methods.penalty import TARGET_ACCEPT
 from pymc_dp.warmstart import warm_start
 
@@ -99,9 +101,12 @@ def test_warm_start_accounting_and_report(glm):
     assert np.all(idata.sample_stats["dp_epsilon"].values[:, 0] > report.warm_start_epsilon)
 
 
-def test_adaptation_is_a_function_of_released_values(glm):
-    """The zero-tuning step adapts its proposal by dual averaging on the privatised acceptance
-    probabilities only: replaying the released accept_prob stats reproduces its step_scale."""
+def test_adaptation_is_a_function_of_released_values(glm, monkeypatch):
+    """The zero-tuning step adapts its proposal from released values only: replaying the
+    privatised accept_prob stats reproduces its step_scale (dual averaging), and replaying the
+    released warm-up draws on top of the warm start reproduces its proposal covariance. (The ESS
+    threshold is lowered so that this short run's window counts: the wiring is under test.)"""
+    monkeypatch.setattr(adaptation, "MIN_WINDOW_ESS", 1.2)
     model, _, _, _ = glm
     with model:
         step = pdp.DPPenalty(epsilon=3.0, llr_clip=np.ones(D), noise_seed=2)
@@ -131,6 +136,46 @@ def test_adaptation_is_a_function_of_released_values(glm):
         replay.update(prob, i < 120)
     np.testing.assert_allclose(scales, expected, rtol=1e-12)
     assert len(set(np.round(scales[:120], 12))) > 10  # it did adapt
+
+    # the proposal's shape: the warm start's covariance pooled with the released warm-up draws
+    # (b has no transform, so its draws are the chain's raveled points)
+    warmup = idata.warmup_posterior["b"].values[0]
+    replay_cov = WindowedCovariance(step.warm.posterior_cov, 120, mask=step._active)
+    updates = [replay_cov.update(q, i) for i, q in enumerate(warmup)]
+    assert [u is not None for u in updates].count(True) == 1  # one window: (18, 108)
+    assert replay_cov.window_ess[0] >= 2  # the window was used
+    np.testing.assert_allclose(step._proposal.chol, np.linalg.cholesky(replay_cov.cov), rtol=1e-10)
+    assert not np.allclose(step._proposal.chol, np.linalg.cholesky(step.warm.posterior_cov))
+    assert "warm-up draws" in pdp.PrivacyLedger.from_attrs(idata.attrs).adaptation
+
+
+def test_hmc_mass_matrix_adapts_from_released_draws(glm, monkeypatch):
+    """Zero-tuning DPHMC's inverse mass matrix after tuning is the warm start's covariance pooled
+    with its released warm-up draws; with ``adapt_covariance=False`` it stays the warm start's.
+    (ESS threshold lowered as above: windows of this short run hold 1.5-3 effective draws.)"""
+    monkeypatch.setattr(adaptation, "MIN_WINDOW_ESS", 1.2)
+    model, _, _, _ = glm
+    kw = dict(epsilon=10.0, llr_clip=B2, grad_clip=B2, n_steps=2, noise_seed=5)
+    args = dict(draws=5, tune=300, chains=1, cores=1, random_seed=5, progressbar=False)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPHMC(**kw)
+        idata = pdp.sample(step=step, discard_tuned_samples=False, model=model, **args)
+        fixed = pdp.DPHMC(adapt_covariance=False, **kw)
+        fixed_idata = pdp.sample(step=fixed, model=model, **args)
+    replay = WindowedCovariance(step.warm.posterior_cov, 300)
+    for i, q in enumerate(idata.warmup_posterior["b"].values[0]):
+        replay.update(q, i)
+    assert replay.window_ess[0] >= 2
+    np.testing.assert_allclose(step.potential._cov, replay.cov, rtol=1e-10)
+    assert not np.allclose(step.potential._cov, step.warm.posterior_cov)
+    np.testing.assert_array_equal(fixed.potential._cov, fixed.warm.posterior_cov)
+    assert "mass matrix" in pdp.privacy_report(idata).adaptation
+    assert "mass matrix" not in pdp.privacy_report(fixed_idata).adaptation
+    with model, pytest.raises(ValueError, match="adapt_covariance"):
+        pdp.DPHMC(step_size=0.1, adapt_covariance=True, **kw)
+    with model, pytest.raises(TypeError, match="adapt_covariance"):
+        pdp.DPPenalty(epsilon=3.0, llr_clip=1.0, adapt_covariance="yes")
 
 
 def test_warm_start_is_not_repeated_when_the_data_change():

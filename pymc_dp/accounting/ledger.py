@@ -258,6 +258,9 @@ class PrivacyLedger:
         Whether the integer noise of snapped releases came from OpenDP's exact samplers.
     delta_rule : str
         How ``delta`` was chosen (e.g. the default rule), for the record.
+    adaptation : str
+        What the run tuned and from what (released values only: post-processing, no budget);
+        empty when nothing adapted.
     """
 
     sampler: str
@@ -273,6 +276,7 @@ class PrivacyLedger:
     exact_noise: bool = False
     delta_rule: str = ""
     shared: tuple[Mechanism, ...] = ()
+    adaptation: str = ""
 
     def __post_init__(self) -> None:
         if self.chains < 1:

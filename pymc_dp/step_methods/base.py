@@ -48,6 +48,7 @@ from pymc_dp.noise import NoiseSource
 from pymc_dp.prior_block import PriorBlock
 from pymc_dp.runplan import PrivacyBudgetError, RunPlan, make_plan
 from pymc_dp.runplan import max_iterations as _max_iterations
+from pymc_dp.step_methods.adaptation import WindowedCovariance
 
 __all__ = [
     "DELTA_RULE",
@@ -261,6 +262,7 @@ class DPStep(ArrayStepShared):
         # variables that enter only the prior move in their own exact block (no noise)
         self._active = self.likelihood.likelihood_mask
         self._prior_block = None
+        self._shape_adapt: WindowedCovariance | None = None
         if self._free_moves() and not self._active.all():
             lik = self.likelihood
             self._prior_block = PriorBlock(self._active, lambda q: float(lik.prior_fn(q)[0]))
@@ -290,6 +292,19 @@ class DPStep(ArrayStepShared):
         """Whether prior-only variables get exact moves of their own (:mod:`pymc_dp.prior_block`)
         after every data-touching iteration."""
         return True
+
+    def _adaptation(self) -> str:
+        """What the chains tune during warm-up, from released values only (for the ledger)."""
+        return ""
+
+    def _shape_mask(self) -> np.ndarray | None:
+        """Coordinates whose covariance adapts from the warm-up draws; None: no covariance
+        adaptation (see :mod:`pymc_dp.step_methods.adaptation`)."""
+        return None
+
+    def _set_shape(self, cov: np.ndarray) -> None:
+        """Use ``cov`` (public) as the proposal covariance / inverse mass matrix."""
+        raise NotImplementedError
 
     def _warm_grad_clip(self) -> float:
         """Per-row gradient bound of the warm start (public)."""
@@ -340,6 +355,7 @@ class DPStep(ArrayStepShared):
             exact_noise=self.exact_noise,
             delta_rule=self.delta_rule,
             shared=self.warm.entries if self.warm is not None else (),
+            adaptation=self._adaptation(),
         )
 
     def use_plan(self, plan: RunPlan | None) -> None:
@@ -409,6 +425,11 @@ class DPStep(ArrayStepShared):
         self._start = self.warm.draw(self.rng) if self.warm is not None else None
         if self._prior_block is not None:
             self._prior_block.reset()
+        mask = self._shape_mask()
+        self._shape_adapt = None
+        if mask is not None:  # every chain starts from the warm start's shape
+            self._set_shape(self.warm.posterior_cov)
+            self._shape_adapt = WindowedCovariance(self.warm.posterior_cov, plan.tune, mask)
         self._reset_chain()
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
@@ -425,6 +446,10 @@ class DPStep(ArrayStepShared):
         q_new, stats = self._iterate(q)
         if self._prior_block is not None:
             q_new = self._prior_block.move(q_new, self.rng, self._tuning)
+        if self._shape_adapt is not None:  # the released draw: post-processing
+            cov = self._shape_adapt.update(q_new, i)
+            if cov is not None:
+                self._set_shape(cov)
         self._iteration = i + 1
         stats["dp_epsilon"] = float(plan.epsilon_curve[i])
         stats["dp_delta"] = plan.delta

@@ -15,7 +15,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.penalty import check_tempering
+from pymc_dp.step_methods.penalty import check_adapt_covariance, check_tempering
 
 #: Acceptance the zero-tuning DPHMC adapts its step size to (the penalty on the final ratio and
 #: the gradient noise both grow with the step).
@@ -98,6 +98,11 @@ class DPHMC(DPStep):
         *privatised* energy change exceeds this (the exact energy change reads the data).
     tempering : float
         :math:`T \in (0, 1]`, likelihood power.
+    adapt_covariance : bool, optional
+        Zero tuning only (default on there): during tuning, re-estimate the inverse mass matrix
+        from the chain's warm-up draws on Stan's window schedule, pooled with the warm start's
+        and weighted by each window's ESS (:mod:`~pymc_dp.step_methods.adaptation`), as PyMC's
+        NUTS adapts its mass matrix. Post-processing of released draws: no budget.
     epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, warm_start, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`. ``noise_multiplier`` is :math:`s_l`.
     row_dim, row_axes, public
@@ -147,9 +152,11 @@ class DPHMC(DPStep):
         grad_noise_ratio: float = 4.0,
         max_energy_error: float = 1000.0,
         tempering: float = 1.0,
+        adapt_covariance: bool | None = None,
         **kwargs,
     ) -> None:
         self._auto = step_size is None
+        self.adapt_covariance = check_adapt_covariance(adapt_covariance, self._auto, "step_size")
         self.step_size = 0.3 if self._auto else check_positive(step_size, "step_size")
         self.llr_clip = check_positive(llr_clip, "llr_clip")
         self.grad_clip = check_positive(grad_clip, "grad_clip")
@@ -169,7 +176,27 @@ class DPHMC(DPStep):
         self._grad = self.likelihood.grad_kernel(diagnostics=self.diagnostics)
         self._run_warm_start()
         if self._auto:  # the noise-aware posterior covariance is the inverse mass matrix
-            self.potential = QuadPotentialFull(self.warm.posterior_cov)
+            self._set_shape(self.warm.posterior_cov)
+
+    def _adaptation(self) -> str:
+        if not self._auto:
+            return ""
+        shape = (
+            "; inverse mass matrix from the warm-up draws (ESS-weighted windows)"
+            if self.adapt_covariance
+            else ""
+        )
+        return f"step size by dual averaging on the released accept_prob{shape}"
+
+    def _shape_mask(self) -> np.ndarray | None:
+        if self._auto and self.adapt_covariance:
+            return np.ones(self.likelihood.dim, bool)
+        return None
+
+    def _set_shape(self, cov: np.ndarray) -> None:
+        self.potential = QuadPotentialFull(cov)
+        if self._plan is not None:  # a chain is running: keep drawing momenta from its rng
+            self.potential.set_rng(self.rng)
 
     def _needs_warm_start(self) -> bool:
         return self._auto

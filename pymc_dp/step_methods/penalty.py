@@ -23,7 +23,22 @@ from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
 from pymc_dp.step_methods.proposals import PreconditionedProposal, Proposal, RandomWalkProposal
 
-__all__ = ["DPPenalty", "PenaltyMetropolis", "check_tempering"]
+__all__ = ["DPPenalty", "PenaltyMetropolis", "check_adapt_covariance", "check_tempering"]
+
+
+def check_adapt_covariance(value: bool | None, auto: bool, fixed: str) -> bool:
+    """``adapt_covariance`` defaults to on with zero tuning; it has nothing to adapt when the
+    user fixed the proposal (``fixed`` names that argument)."""
+    if value is None:
+        return auto
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`adapt_covariance` must be True or False, got {value!r}")
+    if value and not auto:
+        raise ValueError(
+            f"`adapt_covariance=True` adapts what zero tuning estimates, so it does nothing with a "
+            f"fixed `{fixed}`: leave `{fixed}` unset, or drop `adapt_covariance`."
+        )
+    return bool(value)
 
 
 def check_tempering(tempering: float) -> float:
@@ -50,7 +65,8 @@ class PenaltyMetropolis(DPStep):
     noise-aware posterior covariance ``L L^T``; proposals move one coordinate of ``z = L^{-1} q``
     at a time, each coordinate scaled so that its privacy noise on the log ratio is the same, and
     the common factor is adapted during tuning by dual averaging towards :data:`TARGET_ACCEPT`,
-    from the privatised acceptance probabilities (post-processing: no budget).
+    from the privatised acceptance probabilities, and ``L`` is re-estimated from the warm-up
+    draws (:mod:`~pymc_dp.step_methods.adaptation`); both are post-processing: no budget.
     """
 
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
@@ -71,6 +87,7 @@ class PenaltyMetropolis(DPStep):
         proposal_scale: float | np.ndarray | None,
         proposal: Proposal,
         tempering: float,
+        adapt_covariance: bool | None = None,
         **kwargs,
     ) -> None:
         clip = np.asarray(llr_clip, dtype=float) if np.ndim(llr_clip) else None
@@ -82,6 +99,9 @@ class PenaltyMetropolis(DPStep):
             self.llr_clip = clip
         self.tempering = check_tempering(tempering)
         self._auto = proposal_scale is None
+        self.adapt_covariance = check_adapt_covariance(
+            adapt_covariance, self._auto, "proposal_scale"
+        )
         super().__init__(vars, **kwargs)
         if clip is not None and clip.shape != (self.likelihood.dim,):
             raise ValueError(
@@ -107,11 +127,37 @@ class PenaltyMetropolis(DPStep):
     def _finish(self) -> None:
         """After the subclass compiled its kernel: the warm start and the proposal's shape."""
         self._run_warm_start()
-        if self._auto:  # the shape of the data-touching block (prior-only ones move freely)
-            a = self._active
-            chol = np.zeros_like(self.warm.posterior_cov)
-            chol[np.ix_(a, a)] = np.linalg.cholesky(self.warm.posterior_cov[np.ix_(a, a)])
-            self._proposal.chol = chol
+        if self._auto:
+            self._set_shape(self.warm.posterior_cov)
+
+    def _adaptation(self) -> str:
+        if not self._auto:
+            return ""
+        shape = (
+            "; proposal covariance from the warm-up draws (ESS-weighted windows)"
+            if self.adapt_covariance
+            else ""
+        )
+        return f"proposal scale by dual averaging on the released accept_prob{shape}"
+
+    def _shape_mask(self) -> np.ndarray | None:
+        return self._active if self._auto and self.adapt_covariance else None
+
+    def _set_shape(self, cov: np.ndarray) -> None:
+        # the shape of the data-touching block (prior-only coordinates move freely)
+        a = self._active
+        chol = np.zeros_like(cov)
+        chol[np.ix_(a, a)] = np.linalg.cholesky(cov[np.ix_(a, a)])
+        self._proposal.chol = chol
+        if self._plan is not None:
+            self._unit_scale = self._equalised_scale()
+
+    def _equalised_scale(self) -> np.ndarray:
+        """z-coordinate k moved by h has noise std ``2 T s clip_norm(L e_k) h``: per-coordinate
+        scales that give every coordinate the same noise."""
+        per_unit = self._sensitivity_per_bound() * self._scale
+        norms = np.array([self._clip_norm(col) for col in self._proposal.chol.T])
+        return np.where(self._active, 1.0, 0.0) / (per_unit * np.maximum(norms, 1e-300))
 
     def _clip_norm(self, step: np.ndarray) -> float:
         """Bound on one row's |log-likelihood ratio| for this step: ``b |step|_2`` (scalar
@@ -134,12 +180,7 @@ class PenaltyMetropolis(DPStep):
     def _reset_chain(self) -> None:
         self._proposal.reset(self.rng)
         if self._auto:
-            # z-coordinate k moved by h: noise std 2 T s clip_norm(L e_k) h; equalise it
-            per_unit = self._sensitivity_per_bound() * self._scale
-            norms = np.array([self._clip_norm(col) for col in self._proposal.chol.T])
-            self._unit_scale = np.where(self._active, 1.0, 0.0) / (
-                per_unit * np.maximum(norms, 1e-300)
-            )
+            self._unit_scale = self._equalised_scale()
             self._adapt = DualAverageAdaptation(2.0, TARGET_ACCEPT, 0.05, 0.75, 10)
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -191,6 +232,11 @@ class DPPenalty(PenaltyMetropolis):
         else ``"random_walk"``.
     tempering : float
         :math:`T \in (0, 1]`: the likelihood is raised to the power T (Raisa 2021, Thm 12).
+    adapt_covariance : bool, optional
+        Zero tuning only (default on there): during tuning, re-estimate the proposal covariance
+        from the chain's warm-up draws on Stan's window schedule, pooled with the warm start's
+        and weighted by each window's ESS (:mod:`~pymc_dp.step_methods.adaptation`).
+        Post-processing of released draws: no budget. ``False`` keeps the warm start's.
     epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, warm_start, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`.
     row_dim, row_axes, public
@@ -229,6 +275,7 @@ class DPPenalty(PenaltyMetropolis):
         proposal_scale: float | np.ndarray | None = None,
         proposal: Proposal | None = None,
         tempering: float = 1.0,
+        adapt_covariance: bool | None = None,
         **kwargs,
     ) -> None:
         if proposal is None:
@@ -239,6 +286,7 @@ class DPPenalty(PenaltyMetropolis):
             proposal_scale=proposal_scale,
             proposal=proposal,
             tempering=tempering,
+            adapt_covariance=adapt_covariance,
             **kwargs,
         )
         self._test = PenaltyTest()
