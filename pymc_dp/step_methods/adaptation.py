@@ -7,8 +7,8 @@ window schedule (an initial buffer, doubling slow windows, a terminal buffer in 
 size adapts; Stan Reference Manual, "HMC algorithm parameters"), as PyMC's NUTS does with
 ``QuadPotentialFullAdapt``.
 
-Two changes for DP chains, whose windows hold few effective draws (ESS of 2-40 per window on the
-benchmark data sets), where PyMC's estimator would collapse the metric:
+Three changes for DP chains, whose windows hold few effective draws (0-20 per window in the runs
+measured), where PyMC's estimator would collapse the metric:
 
 1. The warm start's noise-aware covariance stays as a prior worth ``prior_weight`` effective draws.
    PyMC's ``QuadPotentialFullAdapt`` forgets its initial covariance after the first window.
@@ -16,6 +16,7 @@ benchmark data sets), where PyMC's estimator would collapse the metric:
    its length, and its sample covariance is corrected for autocorrelation: for draws whose mean has
    variance ``sigma^2 / ess``, ``E[(1/m) sum (x_i - xbar)^2] = sigma^2 (1 - 1 / ess)``, so the
    biased covariance is multiplied by ``ess / (ess - 1)``.
+3. A window under :data:`MIN_WINDOW_ESS` effective draws is skipped.
 
 The pooled estimate after windows ``w = 1..k`` is
 
@@ -31,8 +32,8 @@ from arviz_stats.base import array_stats
 
 __all__ = ["WindowedCovariance", "adaptation_windows"]
 
-#: Effective draws the warm start's covariance is worth against the windows' (PyMC's diagonal
-#: adaptation gives its initial guess the same weight, 10).
+#: Effective draws the warm start's covariance is worth against the windows' (PyMC's
+#: ``init_nuts`` gives the initial guess of its adapting potentials the same weight, 10).
 PRIOR_WEIGHT = 10.0
 #: A window with fewer effective draws than this is skipped. Bulk ESS from a few effective draws
 #: is biased upward, so such a window shrinks the covariance. Measured: a sticky DPHMC chain
