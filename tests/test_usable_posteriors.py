@@ -176,6 +176,12 @@ def test_hmc_mass_matrix_adapts_from_released_draws(glm, monkeypatch):
         pdp.DPHMC(step_size=0.1, adapt_covariance=True, **kw)
     with model, pytest.raises(TypeError, match="adapt_covariance"):
         pdp.DPPenalty(epsilon=3.0, llr_clip=1.0, adapt_covariance="yes")
+    with model, pytest.raises(ValueError, match="proposal_scale"):
+        pdp.DPPenalty(epsilon=3.0, llr_clip=1.0, proposal_scale=0.1, adapt_covariance=True)
+    with model, pytest.raises(ValueError, match="adapt_covariance"):
+        pdp.DPMinibatchPenalty(
+            epsilon=3.0, batch_size=100, llr_clip=1.0, proposal_scale=0.1, adapt_covariance=True
+        )
 
 
 def test_warm_start_is_not_repeated_when_the_data_change():

@@ -166,6 +166,10 @@ class DPStep(ArrayStepShared):
     #: Every stat the step can emit; diagnostics only with ``diagnostics=True``.
     stats: ClassVar[dict[str, Stat]] = PRIVACY_STATS
     stats_dtypes_shapes: ClassVar[dict]  # per instance, derived from ``stats``
+    #: Zero tuning (no proposal scale / step size given): what it adapts, ``(scale, shape)``.
+    adapted: ClassVar[tuple[str, str] | None] = None
+    _auto: bool = False
+    adapt_covariance: bool = False
 
     def __init__(
         self,
@@ -295,12 +299,18 @@ class DPStep(ArrayStepShared):
 
     def _adaptation(self) -> str:
         """What the chains tune during warm-up, from released values only (for the ledger)."""
-        return ""
+        if self.adapted is None or not self._auto:
+            return ""
+        scale, shape = self.adapted
+        text = f"{scale} by dual averaging on the released accept_prob"
+        if self.adapt_covariance:
+            text += f"; {shape} from the warm-up draws (ESS-weighted windows)"
+        return text
 
     def _shape_mask(self) -> np.ndarray | None:
-        """Coordinates whose covariance adapts from the warm-up draws; None: no covariance
-        adaptation (see :mod:`pymc_dp.step_methods.adaptation`)."""
-        return None
+        """Coordinates whose covariance adapts from the warm-up draws (the data-touching ones);
+        None: no covariance adaptation (see :mod:`pymc_dp.step_methods.adaptation`)."""
+        return self._active if self._auto and self.adapt_covariance else None
 
     def _set_shape(self, cov: np.ndarray) -> None:
         """Use ``cov`` (public) as the proposal covariance / inverse mass matrix."""

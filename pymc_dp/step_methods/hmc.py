@@ -128,6 +128,7 @@ class DPHMC(DPStep):
     name = "dp_hmc"
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
     target_accept: ClassVar[float] = TARGET_ACCEPT
+    adapted: ClassVar[tuple[str, str]] = ("step size", "inverse mass matrix")
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
         "dp_mu": Stat(np.float64),
@@ -178,20 +179,9 @@ class DPHMC(DPStep):
         if self._auto:  # the noise-aware posterior covariance is the inverse mass matrix
             self._set_shape(self.warm.posterior_cov)
 
-    def _adaptation(self) -> str:
-        if not self._auto:
-            return ""
-        shape = (
-            "; inverse mass matrix from the warm-up draws (ESS-weighted windows)"
-            if self.adapt_covariance
-            else ""
-        )
-        return f"step size by dual averaging on the released accept_prob{shape}"
-
     def _shape_mask(self) -> np.ndarray | None:
-        if self._auto and self.adapt_covariance:
-            return np.ones(self.likelihood.dim, bool)
-        return None
+        mask = super()._shape_mask()  # the leapfrog moves every coordinate: adapt them all
+        return None if mask is None else np.ones_like(mask)
 
     def _set_shape(self, cov: np.ndarray) -> None:
         self.potential = QuadPotentialFull(cov)

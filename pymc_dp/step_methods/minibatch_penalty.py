@@ -137,6 +137,10 @@ class DPMinibatchPenalty(PenaltyMetropolis):
         sampling: Sampling = "fixed_size",
         **kwargs,
     ) -> None:
+        if kwargs.get("adapt_covariance"):
+            raise ValueError(
+                "DPMinibatchPenalty has no zero tuning, so nothing for `adapt_covariance` to adapt."
+            )
         if proposal_scale is None:
             raise ValueError(
                 "DPMinibatchPenalty needs `proposal_scale` (its sensitivity is not linear in the "

@@ -71,6 +71,7 @@ class PenaltyMetropolis(DPStep):
 
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
     target_accept: ClassVar[float] = TARGET_ACCEPT
+    adapted: ClassVar[tuple[str, str]] = ("proposal scale", "proposal covariance")
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
         "accept_prob": Stat(np.float64),
@@ -129,19 +130,6 @@ class PenaltyMetropolis(DPStep):
         self._run_warm_start()
         if self._auto:
             self._set_shape(self.warm.posterior_cov)
-
-    def _adaptation(self) -> str:
-        if not self._auto:
-            return ""
-        shape = (
-            "; proposal covariance from the warm-up draws (ESS-weighted windows)"
-            if self.adapt_covariance
-            else ""
-        )
-        return f"proposal scale by dual averaging on the released accept_prob{shape}"
-
-    def _shape_mask(self) -> np.ndarray | None:
-        return self._active if self._auto and self.adapt_covariance else None
 
     def _set_shape(self, cov: np.ndarray) -> None:
         # the shape of the data-touching block (prior-only coordinates move freely)
