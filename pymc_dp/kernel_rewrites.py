@@ -328,7 +328,10 @@ def bernoulli_logit(outputs: Sequence[Variable]) -> list[Variable]:
 
 
 def optimise_rows(
-    outputs: Sequence[Variable], row_inputs: dict[Variable, int], split_dot: bool = False
+    outputs: Sequence[Variable],
+    row_inputs: dict[Variable, int],
+    split_dot: bool = False,
+    split: bool = True,
 ) -> tuple[list[Variable], dict[Variable, int]]:
     """:func:`bernoulli_logit`, :func:`drop_redundant_checks` and :func:`split_columns`.
 
@@ -336,11 +339,12 @@ def optimise_rows(
     :func:`pymc_dp.graph.analyse`); only constants with rows on axis 0 are split. Returns the
     rewritten outputs and the per-row inputs they read, with their row axes: the split columns
     (axis 0) and every original input some consumer still reads whole. Minibatch kernels index
-    exactly these.
+    exactly these. ``split=False`` keeps the (n, k) inputs whole (minibatch kernels, which
+    gather rows).
     """
     outputs = bernoulli_logit(outputs)
     outputs = drop_redundant_checks(outputs)
-    splittable = [x for x, axis in row_inputs.items() if axis == 0]
+    splittable = [x for x, axis in row_inputs.items() if axis == 0 and split]
     outputs, columns = split_columns(outputs, splittable, split_dot=split_dot)
     read = set(ancestors(outputs))
     inputs: dict[Variable, int] = {}

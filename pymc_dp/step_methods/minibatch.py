@@ -43,5 +43,8 @@ def draw_batch(rng: np.random.Generator, n: int, b: int, sampling: str) -> np.nd
     """Row indices of one batch, drawn with the secret generator ``rng``."""
     if sampling == "poisson":
         b = int(rng.binomial(n, b / n))
-    # order is irrelevant (sums over the batch): skipping the shuffle saves ~30% of the draw
-    return rng.choice(n, b, replace=False, shuffle=False)
+    # order is irrelevant (sums over the batch): skip the shuffle (~30% of the draw) and sort,
+    # so the kernels gather rows in address order (fewer cache and TLB misses at large n)
+    idx = rng.choice(n, b, replace=False, shuffle=False)
+    idx.sort()
+    return idx
