@@ -18,6 +18,11 @@ kernel 2x (one softplus per row instead of four, no check passes).
   constant ``y`` in {0, 1} becomes ``-softplus((1 - 2 y) eta)``: one softplus per row instead of
   two (Numba evaluates both branches of a Switch), bit-identical values.
 * :func:`optimise_rows` -- all three.
+* :func:`common_factor` -- per-row gradient components ``c_j = u * k_j`` that share one factor
+  ``u`` depending on the parameters, with ``k_j`` free of them (a GLM: ``u = dl/d eta``,
+  ``k_j = x_j``). The gradient kernel then sums ``K^T (u * scale)`` in one BLAS product, and the
+  row norms are ``|u| sqrt(sum_j k_j^2)`` with the square sum folded at compile time: the logistic
+  gradient kernel (d = 10, n = 1e5) went from 2.3x to under 1x the hand-written loop.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar import basic as ps
@@ -40,7 +46,13 @@ from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import Subtensor
 
-__all__ = ["bernoulli_logit", "drop_redundant_checks", "optimise_rows", "split_columns"]
+__all__ = [
+    "bernoulli_logit",
+    "common_factor",
+    "drop_redundant_checks",
+    "optimise_rows",
+    "split_columns",
+]
 
 _COMBINE = {
     ps.Add: pt.add,
@@ -355,3 +367,42 @@ def optimise_rows(
         if x in read:
             inputs[x] = axis
     return outputs, inputs
+
+
+def _factors(v: Variable) -> list[Variable]:
+    node = v.owner
+    if node is not None and isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, ps.Mul):
+        return list(node.inputs)
+    return [v]
+
+
+def common_factor(
+    components: Sequence[Variable], wrt: Variable
+) -> tuple[Variable, list[int], list[Variable]] | None:
+    """Find ``c_j = u * k_j`` for a group of components: ``u`` shared, ``k_j`` free of ``wrt``.
+
+    The components are canonicalised together (products flattened, equal subgraphs merged, products
+    of constants folded), then grouped by the set of their factors that depend on ``wrt``. The
+    largest group of at least two components is returned as ``(u, indices, [k_j])``, with every
+    ``k_j`` broadcast to the shape of ``u``; ``None`` if there is no such group. The identity
+    ``c_j = u * k_j`` is exact algebra; values differ from the unfactored graph by rounding only.
+    """
+    comps = rewrite_graph(list(components), include=("canonicalize",))
+    groups: dict[tuple, list[tuple[int, list[Variable]]]] = {}
+    for j, c in enumerate(comps):
+        depends = [f for f in _factors(c) if wrt in ancestors([f])]
+        free = [f for f in _factors(c) if f not in depends]
+        if depends:
+            # keyed by identity with multiplicity (u * u is not u)
+            groups.setdefault(tuple(sorted(depends, key=id)), []).append((j, free))
+    if not groups:
+        return None
+    key, members = max(groups.items(), key=lambda kv: len(kv[1]))
+    if len(members) < 2:
+        return None
+    u = functools.reduce(pt.mul, key)
+    if u.type.ndim != 1:
+        return None
+    ones = pt.ones_like(u)
+    ks = [functools.reduce(pt.mul, free, ones) for _, free in members]
+    return u, [j for j, _ in members], ks

@@ -19,6 +19,7 @@ holds, its contribution stays within the sensitivity the accountant assumes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
@@ -36,7 +37,7 @@ from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.tensor.type import discrete_dtypes
 
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
-from pymc_dp.kernel_rewrites import optimise_rows
+from pymc_dp.kernel_rewrites import common_factor, optimise_rows
 
 __all__ = ["PerRowLikelihood"]
 
@@ -103,9 +104,7 @@ class PerRowLikelihood:
         self.row_inputs = list(inputs)
         # minibatch kernels gather b rows of the original (row-major) arrays: one cache line per
         # row, where d split columns would cost d scattered loads per row at large n
-        (batch_rows,) = optimise_rows(
-            [self.graph.rows], self.graph.batch_inputs, split=False
-        )[0]
+        (batch_rows,) = optimise_rows([self.graph.rows], self.graph.batch_inputs, split=False)[0]
         self._batch_inputs = dict(self.graph.batch_inputs)
         point = model.initial_point()
         self._point_map_info = DictToArrayBijection.map(
@@ -296,6 +295,40 @@ class PerRowLikelihood:
         scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
         return [c * scale for c in comps], norms, extra
 
+    def _clipped_gradient_sum(self, bound: Variable) -> tuple[Variable, Variable]:
+        """``sum_i clip_norm(g_i, bound)`` and the row norms, over all n rows.
+
+        Where the components share a factor, ``g_ij = u_i k_ij`` (:func:`~pymc_dp.kernel_rewrites
+        .common_factor`; a GLM's ``u = dl/d eta``, ``k_j = x_j``), the group's sum is ``K^T w``
+        with ``w = u * scale``: one element-wise pass for ``w``, one BLAS product, and row norms
+        from ``|u| sqrt(sum_j k_ij^2)`` with the square sum folded at compile time. A row whose
+        squared norm is not finite gets ``w_i = 0`` and a non-finite ``k_ij`` is read as 0, so
+        such a row adds exactly 0 (no ``0 * inf``), as in the unfactored form.
+        """
+        comps = self._grad_components(self._rows)
+        found = common_factor(comps, self._q)
+        if found is None:
+            clipped, norms, _ = self._clipped_gradients(bound, batch=False)
+            return pt.stack([pt.sum(c) for c in clipped]), norms
+        u, group, ks = found
+        others = [j for j in range(self.dim) if j not in group]
+        sq = u**2 * functools.reduce(pt.add, [k**2 for k in ks])
+        for j in others:
+            sq = sq + comps[j] ** 2
+        finite = pt.isfinite(sq)
+        norms = pt.sqrt(pt.switch(finite, sq, 0.0))
+        tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
+        scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
+        kmat = pt.stack(ks, axis=1)
+        kmat = pt.switch(pt.isfinite(kmat), kmat, 0.0)
+        sums = [None] * self.dim
+        group_sum = pt.dot(pt.switch(finite, u * scale, 0.0), kmat)
+        for t, j in enumerate(group):
+            sums[j] = group_sum[t]
+        for j in others:
+            sums[j] = pt.sum(pt.switch(finite, comps[j], 0.0) * scale)
+        return pt.stack(sums), norms
+
     def grad_kernel(self, *, batch: bool = False, diagnostics: bool = False):
         """Compile ``(q, bound[, idx]) -> (sum_i clip_norm(grad l_i(q), bound), grad log
         prior(q)[, clipped fraction])``.
@@ -306,8 +339,12 @@ class PerRowLikelihood:
         key = ("grad", batch, diagnostics)
         if key not in self._kernels:
             bound = pt.scalar("bound", dtype=self._q.dtype)
-            clipped, norms, extra = self._clipped_gradients(bound, batch)
-            outputs = [pt.stack([pt.sum(c) for c in clipped]), self._prior_grad]
+            if batch:
+                clipped, norms, extra = self._clipped_gradients(bound, batch)
+                total = pt.stack([pt.sum(c) for c in clipped])
+            else:
+                (total, norms), extra = self._clipped_gradient_sum(bound), []
+            outputs = [total, self._prior_grad]
             if diagnostics:
                 outputs.append(pt.mean(pt.gt(norms, bound)))
             self._kernels[key] = self._compile([self._q, bound, *extra], outputs)

@@ -80,3 +80,77 @@ def test_batches_are_sorted_distinct_rows(sampling):
         idx = draw_batch(rng, 10_000, 100, sampling)
         assert np.all(np.diff(idx) > 0)  # sorted and without repeats
         assert idx.min() >= 0 and idx.max() < 10_000
+
+
+def _numpy_clipped_sum(lik, q, bound):
+    g = lik.grad_rows(q)
+    sq = (g**2).sum(1)
+    finite = np.isfinite(sq)
+    g = np.where(finite[:, None], g, 0.0)
+    norms = np.sqrt(np.where(finite, sq, 0.0))
+    return (g * (bound / np.maximum(norms, bound))[:, None]).sum(0)
+
+
+def _uses_blas_sum(lik) -> bool:
+    """Whether the gradient kernel sums ``K^T w`` in a product with a constant (n, k) matrix."""
+    fn = lik.grad_kernel()
+    return any(
+        isinstance(node.op, Dot)
+        and any(
+            isinstance(v, Constant) and np.ndim(v.data) == 2 and np.shape(v.data)[0] == N
+            for v in node.inputs
+        )
+        and node.outputs[0].type.shape[-1] != 1
+        for node in fn.maker.fgraph.toposort()
+    )
+
+
+def test_glm_gradient_sum_is_one_blas_product_and_exact(logistic):
+    _, lik, _ = logistic
+    assert _uses_blas_sum(lik)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        q = rng.standard_normal(D)
+        b = float(np.quantile(np.linalg.norm(lik.grad_rows(q), axis=1), 0.5))  # clips half
+        got = lik.grad_kernel()(q, np.asarray(b))[0]
+        np.testing.assert_allclose(got, _numpy_clipped_sum(lik, q, b), rtol=1e-12, atol=1e-12)
+
+
+def test_mixed_components_and_overflowing_rows():
+    """beta's components share (dl/d eta) exp(s); a and s have factors of their own. Row 3's
+    covariate makes its squared norm overflow: it must add exactly 0, never 0 * inf = NaN."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((N, 2))
+    x[3] = 1e200
+    y = rng.integers(0, 2, N)
+    y[3] = 1  # eta_3 = -1.2e10 at q below: dl/d eta = 1, not 0
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        s = pm.Normal("s", 0, 1)
+        pm.Bernoulli("y", logit_p=a + pm.math.dot(x, beta) * pm.math.exp(s), observed=y)
+    lik = pdp.PerRowLikelihood(model)
+    assert _uses_blas_sum(lik)
+    q = np.array([0.1, 1e-190, -2e-190, 0.2])  # row 3's gradient is finite, its square is not
+    g3 = lik.grad_rows(q)[3]
+    assert np.all(np.isfinite(g3)) and not np.isfinite((g3**2).sum())
+    for b in (0.5, 3.0):
+        got = lik.grad_kernel()(q, np.asarray(b))[0]
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, _numpy_clipped_sum(lik, q, b), rtol=1e-10, atol=1e-10)
+
+
+def test_models_without_a_shared_factor_keep_the_elementwise_sum():
+    """A Normal GLM: PyTensor writes dl/d mu as a quotient per coordinate (no shared product
+    factor), so the kernel keeps the per-component sums; values must match all the same."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((N, 2))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", pm.math.dot(x, beta), sigma, observed=rng.standard_normal(N))
+    lik = pdp.PerRowLikelihood(model)
+    q = np.array([0.3, -0.2, 0.1])
+    for b in (0.5, 3.0):
+        got = lik.grad_kernel()(q, np.asarray(b))[0]
+        np.testing.assert_allclose(got, _numpy_clipped_sum(lik, q, b), rtol=1e-10, atol=1e-12)
