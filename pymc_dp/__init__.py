@@ -1,6 +1,6 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models."""
 
-from pymc_dp import abcdp, accounting, audit, expfam
+from pymc_dp import abcdp, accounting, audit, distributed, expfam
 from pymc_dp.accounting.ledger import (
     BarkerMechanism,
     GaussianMechanism,
@@ -51,6 +51,7 @@ __all__ = [
     "accounting",
     "analyse",
     "audit",
+    "distributed",
     "expfam",
     "glm_clip",
     "plan",

@@ -159,6 +159,7 @@ def plan(
     llr_clip: float | np.ndarray | None = None,
     grad_clip: float | None = None,
     info_per_row: float | np.ndarray | None = None,
+    n_rows: int | None = None,
 ) -> Plan:
     """Predict what a DP run of ``model`` can deliver, from public information only.
 
@@ -176,6 +177,9 @@ def plan(
     info_per_row : float or array, optional
         Expected per-row Fisher information per raveled coordinate (public knowledge, e.g. from
         a similar public study). Default ``0.04 B_j^2`` (module docstring).
+    n_rows : int, optional
+        The number of rows, when the model holds placeholders for rows bound at sampling time
+        (``pdp.sample(data=...)``). Default: the model's.
 
     Returns
     -------
@@ -188,7 +192,7 @@ def plan(
     tune = check_count(tune, "tune")
     chains = check_count(chains, "chains", minimum=1)
     graph = analyse(model, validate=False)  # n and the structure; no data values are used
-    n = graph.n_rows
+    n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
     delta = default_delta(n) if delta is None else float(delta)
     q0 = _initial_q(model)
     dim = int(q0.size)

@@ -255,6 +255,7 @@ def make_plan(
     delta_rule: str = "",
     shared: tuple = (),
     adaptation: str = "",
+    data_location: str = "in memory",
 ) -> RunPlan:
     """Calibrate (``epsilon`` alone), check (``epsilon`` and ``noise_multiplier``) or just count
     (``noise_multiplier`` alone) a run after the ``shared`` releases (a warm start); raise
@@ -283,6 +284,7 @@ def make_plan(
         exact_noise=bool(exact_noise),
         delta_rule=delta_rule,
         adaptation=adaptation,
+        data_location=data_location,
     )
     ledger = run_ledger(mechanisms, scale, iterations, chains, delta, shared, **meta)
     if epsilon is not None and ledger.epsilon > epsilon * (1 + 1e-12):

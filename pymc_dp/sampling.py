@@ -10,6 +10,7 @@ private data, the DP step's declared privatised stats, and the privacy ledger in
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +135,8 @@ def sample(
     random_seed=None,
     noise_seed: int | None = None,
     model: Model | None = None,
+    data: Mapping | None = None,
+    client=None,
     **kwargs,
 ) -> DataTree:
     """Run ``pm.sample`` with a DP step and return an output that is safe to publish.
@@ -151,6 +154,15 @@ def sample(
     noise_seed : int, optional
         Seed of the privacy noise for this run (default: the step's, normally OS entropy). Only
         for tests and reproducible research; the ledger records it.
+    data : dict, optional
+        ``{pm.Data container name: rows}`` bound for this run: NumPy arrays (set into the model)
+        or Dask arrays / DataFrame columns, which stay on the workers of ``client``
+        (:mod:`pymc_dp.distributed`; ``pip install "pymc-dp[dask]"``). The model's containers
+        hold placeholders with the right trailing shape; ``step`` is rebuilt with its own
+        arguments on the bound rows (n, calibration, warm start). Chains then run one after
+        another in this process (the cluster is the parallelism).
+    client : distributed.Client, optional
+        The Dask client holding the rows (default: the current one).
     **kwargs
         Passed to :func:`pymc.sample` (for example ``progressbar``, ``discard_tuned_samples``,
         ``initvals``). Options that could store private data are refused.
@@ -181,6 +193,12 @@ def sample(
         )
     if step.likelihood.model is not model:
         raise ValueError("`step` was built for another model than the one sampled.")
+    if data is not None:
+        from pymc_dp.distributed import DistributedLikelihood, bind_data
+
+        step = bind_data(step, data, client=client)
+        if isinstance(step.likelihood, DistributedLikelihood):
+            cores = 1  # the step holds the workers' actors: chains run here, one by one
     covered = set(step.vars)
     missing = [v.name for v in model.value_vars if v not in covered]
     if missing:
@@ -259,6 +277,7 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
             chains=run.chains,
             llr_clip=clip,
             grad_clip=grad,
+            n_rows=step.n_rows,
         )
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""
@@ -318,6 +337,7 @@ class PrivacyReport:
     delta_rule: str = ""
     warm_start_epsilon: float | None = None
     adaptation: str = ""
+    data_location: str = "in memory"
 
     def __str__(self) -> str:
         lines = [
@@ -339,6 +359,8 @@ class PrivacyReport:
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
         if self.adaptation:
             lines.append(f"  adaptation:   {self.adaptation}")
+        if self.data_location != "in memory":
+            lines.append(f"  data:         {self.data_location}")
         if not self.releasable:
             lines.append("  NOT RELEASABLE: computed with exact diagnostics (diagnostics=True)")
         if self.noise_seeded:
@@ -379,6 +401,7 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             delta_rule=ledger.delta_rule,
             warm_start_epsilon=warm,
             adaptation=ledger.adaptation,
+            data_location=ledger.data_location,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
     if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):

@@ -261,6 +261,9 @@ class PrivacyLedger:
     adaptation : str
         What the run tuned and from what (released values only: post-processing, no budget);
         empty when nothing adapted.
+    data_location : str
+        Where the rows were when the per-row sums were computed ("in memory", or the Dask
+        partitions and workers); the analysis is the same (noise on the exact clipped sum).
     """
 
     sampler: str
@@ -277,6 +280,7 @@ class PrivacyLedger:
     delta_rule: str = ""
     shared: tuple[Mechanism, ...] = ()
     adaptation: str = ""
+    data_location: str = "in memory"
 
     def __post_init__(self) -> None:
         if self.chains < 1:

@@ -228,6 +228,11 @@ def release(
     (truncated families). The release is snapped (:mod:`pymc_dp.noise`): its low-order bits
     carry nothing about the data (Mironov 2012).
     """
+    if hasattr(data, "__dask_graph__"):
+        raise NotImplementedError(
+            "pdp.expfam.release does not take Dask collections yet (it would collect the rows "
+            "on this machine): release from a NumPy array."
+        )
     epsilon = check_epsilon(epsilon)
     fam = get_family(family, bounds, trials=trials, categories=categories, sigma=sigma)
     s, n = fam.statistic(data)

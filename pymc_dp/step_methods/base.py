@@ -20,6 +20,7 @@ privacy stats of every iteration.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -158,6 +159,9 @@ class DPStep(ArrayStepShared):
         is marked not releasable.
     row_dim, row_axes, public
         See :func:`pymc_dp.graph.analyse`.
+    likelihood : PerRowLikelihood, optional
+        Per-row kernels built elsewhere, for rows bound at sampling time (``pdp.sample(data=)``
+        passes one through :meth:`rebuild`; :mod:`pymc_dp.distributed`).
     """
 
     default_blocked = True
@@ -170,6 +174,35 @@ class DPStep(ArrayStepShared):
     adapted: ClassVar[tuple[str, str] | None] = None
     _auto: bool = False
     adapt_covariance: bool = False
+    #: Whether the step needs only full-data sums (rows may live on Dask workers).
+    distributed_rows: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # record the arguments of the outermost constructor, so that rebuild() can make the
+        # same step on other rows (pdp.sample(data=...))
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            if "_init_call" not in self.__dict__:
+                self._init_call = (args, dict(kw))
+            init(self, *args, **kw)
+
+        cls.__init__ = recording_init
+
+    def rebuild(self, likelihood: PerRowLikelihood | None = None) -> DPStep:
+        """The same step (same arguments) built again on the model's current data, or on
+        ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`). Calibration, the
+        default delta and a warm start then read the bound n and rows."""
+        args, kwargs = self._init_call
+        kwargs = {**kwargs, "model": self.likelihood.model}
+        if likelihood is not None:
+            kwargs["likelihood"] = likelihood
+        with self.likelihood.model:
+            return type(self)(*args, **kwargs)
 
     def __init__(
         self,
@@ -190,6 +223,7 @@ class DPStep(ArrayStepShared):
         rng: RandomGenerator = None,
         blocked: bool = True,
         compile_kwargs: dict | None = None,
+        likelihood: PerRowLikelihood | None = None,
     ) -> None:
         model = modelcontext(model)
         self.epsilon = None if epsilon is None else check_epsilon(epsilon)
@@ -218,14 +252,12 @@ class DPStep(ArrayStepShared):
                 "to PyMC's samplers, which use the exact likelihood and report it (lp, energy) "
                 "without noise. Leave `vars` at its default."
             )
-        self.likelihood = PerRowLikelihood(
-            model,
-            vars,
-            row_dim=row_dim,
-            row_axes=row_axes,
-            public=public,
-            compile_kwargs=compile_kwargs,
+        self.likelihood_kwargs = dict(
+            row_dim=row_dim, row_axes=row_axes, public=tuple(public), compile_kwargs=compile_kwargs
         )
+        if likelihood is not None and likelihood.model is not model:
+            raise ValueError("`likelihood` was built for another model.")
+        self.likelihood = likelihood or PerRowLikelihood(model, vars, **self.likelihood_kwargs)
         self.n_rows = self.likelihood.n_rows
         self.delta_rule = DELTA_RULE if delta is None else "given"
         self.delta = default_delta(self.n_rows) if delta is None else check_delta(delta)
@@ -366,6 +398,7 @@ class DPStep(ArrayStepShared):
             delta_rule=self.delta_rule,
             shared=self.warm.entries if self.warm is not None else (),
             adaptation=self._adaptation(),
+            data_location=getattr(self.likelihood, "location", "in memory"),
         )
 
     def use_plan(self, plan: RunPlan | None) -> None:

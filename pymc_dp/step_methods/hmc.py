@@ -126,6 +126,7 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
+    distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
     target_accept: ClassVar[float] = TARGET_ACCEPT
     adapted: ClassVar[tuple[str, str]] = ("step size", "inverse mass matrix")

@@ -57,6 +57,7 @@ class DPLaplace(DPStep):
     """
 
     name = "dp_laplace"
+    distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
     stats: ClassVar[dict[str, Stat]] = {**PRIVACY_STATS, "dp_mu": Stat(np.float64)}
 
     def __init__(

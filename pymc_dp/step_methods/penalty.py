@@ -250,6 +250,7 @@ class DPPenalty(PenaltyMetropolis):
     """
 
     name = "dp_penalty"
+    distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
     stats: ClassVar[dict[str, Stat]] = {
         **PenaltyMetropolis.stats,
         "dp_mu": Stat(np.float64),

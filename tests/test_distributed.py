@@ -1,0 +1,257 @@
+"""Rows in a Dask cluster (issue 14): the in-memory draws, no rows on the driver, clear failures.
+
+One in-process ``LocalCluster`` (2 workers, ``processes=False``) serves the module; the
+worker-failure test starts its own cluster of processes, so that a worker can die.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pdp
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+from pymc_dp.distributed import DistributedLikelihood, WorkerLostError  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("dask")
+
+N, D, CHUNK = 3000, 3, 700  # 5 partitions (the last one short)
+RUN = dict(draws=15, tune=10, chains=2, cores=1, random_seed=1, progressbar=False)
+
+
+def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (N, D))
+    x[:, 0] = 1.0
+    p = 1 / (1 + np.exp(-x @ np.array([0.3, -1.0, 0.5])))
+    return x, (rng.random(N) < p).astype(np.int64)
+
+
+def _model(x: np.ndarray, y: np.ndarray) -> pm.Model:
+    with pm.Model() as model:
+        xd = pm.Data("X", x)
+        yd = pm.Data("y", y)
+        beta = pm.Normal("beta", 0, 2.5, shape=D)
+        pm.Bernoulli("obs", logit_p=pm.math.dot(xd, beta), observed=yd)
+    return model
+
+
+def _placeholder() -> pm.Model:
+    return _model(np.zeros((2, D)), np.zeros(2, dtype=np.int64))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def rows():
+    x, y = _data()
+    return x, y, da.from_array(x, chunks=(CHUNK, D)), da.from_array(y, chunks=CHUNK)
+
+
+STEPS = {
+    "penalty": lambda: pdp.DPPenalty(
+        epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, noise_seed=5
+    ),
+    "penalty_zero_tuning": lambda: pdp.DPPenalty(epsilon=4.0, llr_clip=0.05, noise_seed=5),
+    "hmc": lambda: pdp.DPHMC(
+        epsilon=4.0, llr_clip=1.0, grad_clip=2.0, step_size=0.02, n_steps=3, noise_seed=5
+    ),
+    "laplace": lambda: pdp.DPLaplace(epsilon=4.0, grad_clip=2.0, noise_seed=5),
+}
+
+
+def _sample(model, make, **kw):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # planner / mixing advice: not the point here
+        return pdp.sample(step=make(), **RUN, **kw)
+
+
+@pytest.mark.parametrize("kind", list(STEPS))
+def test_dask_rows_give_the_in_memory_draws(client, rows, kind):
+    x, y, dx, dy = rows
+    memory = _sample(_model(x, y), STEPS[kind])
+    placeholder = _placeholder()
+    dask = _sample(placeholder, STEPS[kind], data={"X": dx, "y": dy}, client=client)
+    # the same releases up to the summation order of the partitions, hence the same draws
+    np.testing.assert_allclose(
+        dask.posterior["beta"].values, memory.posterior["beta"].values, rtol=1e-9, atol=1e-12
+    )
+    assert dask.attrs["pymc_dp_epsilon"] == pytest.approx(memory.attrs["pymc_dp_epsilon"])
+    report = pdp.privacy_report(dask)
+    assert report.data_location.startswith("dask: 5 row partitions held on 2 workers")
+    assert pdp.privacy_report(memory).data_location == "in memory"
+    # the driver never held the rows: the model keeps its placeholders, the output no data
+    assert placeholder["X"].get_value().shape == (2, D)
+    assert set(dask.children) <= {"posterior", "sample_stats", "warmup_posterior"}
+
+
+def test_numpy_data_binds_in_memory_rows(rows):
+    """The same ``data=`` with NumPy arrays: one script serves both."""
+    x, y, _, _ = rows
+    memory = _sample(_model(x, y), STEPS["penalty"])
+    bound = _sample(_placeholder(), STEPS["penalty"], data={"X": x, "y": y})
+    np.testing.assert_array_equal(bound.posterior["beta"].values, memory.posterior["beta"].values)
+    assert pdp.privacy_report(bound).data_location == "in memory"
+    # n, and with it the default delta, come from the bound rows, not the placeholder
+    assert pdp.privacy_report(bound).delta == pytest.approx(min(1e-6, 1 / (10 * N)))
+
+
+def test_dask_rows_bind_the_row_count_and_sum_like_memory(client, rows):
+    x, y, dx, dy = rows
+    with _placeholder() as model:
+        step = pdp.DPPenalty(epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, noise_seed=5)
+    bound = pdp.distributed.bind_data(step, {"X": dx, "y": dy}, client=client)
+    assert isinstance(bound.likelihood, DistributedLikelihood)
+    assert bound.n_rows == N and step.n_rows == 2
+    assert bound.likelihood.model is model
+    reference = pdp.PerRowLikelihood(_model(x, y))
+    q, q2 = np.array([0.1, -0.5, 0.2]), np.array([0.12, -0.48, 0.25])
+    b = np.asarray(0.05)
+    np.testing.assert_allclose(
+        bound.likelihood.ratio_kernel()(q2, q, b)[0], reference.ratio_kernel()(q2, q, b)[0]
+    )
+    np.testing.assert_allclose(
+        bound.likelihood.grad_kernel()(q, b)[0], reference.grad_kernel()(q, b)[0], rtol=1e-12
+    )
+    for got, want in zip(
+        bound.likelihood.fisher_kernel()(q, b), reference.fisher_kernel()(q, b), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_a_dask_dataframe_binds_like_an_array(client, rows):
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    x, y, _, _ = rows
+    frame = dd.from_pandas(
+        pd.DataFrame({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "y": y}), npartitions=3
+    )
+    memory = _sample(_model(x, y), STEPS["penalty"])
+    bound = _sample(
+        _placeholder(),
+        STEPS["penalty"],
+        data={"X": frame[["x0", "x1", "x2"]], "y": frame["y"]},
+        client=client,
+    )
+    np.testing.assert_allclose(
+        bound.posterior["beta"].values, memory.posterior["beta"].values, rtol=1e-9
+    )
+
+
+def test_bad_bindings_name_the_argument(client, rows):
+    x, y, dx, dy = rows
+    with _placeholder():
+        step = pdp.DPPenalty(epsilon=4.0, llr_clip=0.05, proposal_scale=0.03)
+        with pytest.raises(ValueError, match="key 'Z' is not a pm.Data container.*'X', 'y'"):
+            pdp.sample(step=step, data={"Z": dx}, **RUN)
+        with pytest.raises(ValueError, match=r"`data\['X'\]` has shape \(3000, 2\)"):
+            pdp.sample(step=step, data={"X": dx[:, :2], "y": dy}, **RUN)
+        with pytest.raises(ValueError, match="same number of rows"):
+            pdp.sample(step=step, data={"X": dx, "y": dy[:100]}, **RUN)
+        with pytest.raises(TypeError, match="`data` must be a non-empty dict"):
+            pdp.sample(step=step, data=[dx, dy], **RUN)
+        minibatch = pdp.DPMinibatchPenalty(
+            epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, batch_size=2
+        )
+        with pytest.raises(NotImplementedError, match="full-data steps"):
+            pdp.sample(step=minibatch, data={"X": dx, "y": dy}, client=client, **RUN)
+
+
+def test_the_core_does_not_import_dask():
+    code = (
+        "import sys, pymc_dp, pymc_dp.distributed; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_worker_lost_mid_run_stops_the_run_with_a_clear_error(rows):
+    """A worker process dies after the fifth gather: the run raises, it never returns a result
+    computed without that worker's rows."""
+    x, y, dx, dy = rows
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        calls = {"n": 0}
+        gather = DistributedLikelihood._gather
+        pids = c.run(os.getpid)
+
+        def failing(self, method, *args):
+            calls["n"] += 1
+            if calls["n"] == 5:  # the fifth gather of the run: kill one worker process
+                os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+            return gather(self, method, *args)
+
+        DistributedLikelihood._gather = failing
+        try:
+            with pytest.raises(WorkerLostError, match="worker holding rows failed"):
+                _sample(_placeholder(), STEPS["penalty"], data={"X": dx, "y": dy}, client=c)
+        finally:
+            DistributedLikelihood._gather = gather
+        assert calls["n"] >= 5
+
+
+def test_expfam_release_refuses_dask_rows_without_collecting_them():
+    rows = da.from_array(np.arange(10.0), chunks=5)
+    with pytest.raises(NotImplementedError, match="does not take Dask collections"):
+        pdp.expfam.release(rows, "normal", epsilon=1.0, bounds=(0.0, 10.0), sigma=1.0)
+
+
+@pytest.mark.slow
+def test_readme_dask_example_runs_as_printed(capsys):
+    """The README's Parquet example: randhie written to Parquet, read with dask.dataframe, fitted
+    with DPLaplace on a LocalCluster. It is the quickstart's model and rows, so the quickstart
+    test's tolerances apply (tests/test_readme.py: the noise is unseeded)."""
+    pytest.importorskip("pyarrow")
+    import re
+    from pathlib import Path
+
+    from statsmodels.datasets import randhie
+    from test_readme import _exact_laplace
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    marker = text.index("<!-- dask example: executed by tests/test_distributed.py -->")
+    code = re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    out = capsys.readouterr().out
+    # dask-expr merges the 4 small Parquet files into fewer partitions when it optimises
+    assert re.search(r"data: +dask: \d+ row partitions? held on [12] workers?", out), out
+    idata = namespace["idata"]
+    assert set(idata.children) == {"posterior", "sample_stats"}
+    report = pdp.privacy_report(idata)
+    assert report.epsilon == pytest.approx(4.0, rel=1e-9) and not report.noise_seeded
+    beta = idata.posterior["beta"]
+    assert beta.sizes == {"chain": 4, "draw": 1000, "coef": 4}
+    df = randhie.load_pandas().data
+    public = np.column_stack([df["lncoins"] / np.log(101), df["idp"], df["physlm"]])
+    X = np.column_stack([np.ones(len(df)), 2 * public - 1])
+    q, sd = _exact_laplace(X, (df["mdvis"] > 0).to_numpy(int), 2.5)
+    z = (beta.mean(("chain", "draw")).values - q) / sd
+    ratio = beta.std(("chain", "draw")).values / sd
+    assert np.all(np.abs(z) < 1.5), z
+    assert np.all((ratio > 0.9) & (ratio < 1.6)), ratio
