@@ -1,4 +1,4 @@
-"""Rows held in a Dask cluster: full-data steps sum clipped per-row terms where the rows live.
+"""Rows held in a Dask cluster: the steps sum clipped per-row terms where the rows live.
 
 Optional extra: ``pip install "pymc-dp[dask]"``. Nothing here imports Dask until a Dask collection
 is bound; the rest of the package never does.
@@ -8,13 +8,17 @@ the clipped sum over all n rows is exactly the sum of the clipped sums over any 
 rows. Each worker holds its partitions in memory with the compiled per-row kernels of
 :class:`~pymc_dp.likelihood.PerRowLikelihood` (one :class:`RowShard` actor per worker); each
 iteration the driver sends the parameters, gathers one number (or one d-vector) per worker, adds
-them, and the step adds the noise once, centrally, exactly as in memory. The rows never reach the
-driver. With the same seeds the draws equal those of the in-memory run up to the rounding of the
-summation order.
+them, and the step adds the noise once, centrally, exactly as in memory. The minibatch steps draw
+their batch on the driver, with the same secret generator and the same draws as in memory (O(b)
+per iteration, never O(n)); each worker sums its rows of it. The rows never reach the driver.
+With the same seeds the draws equal those of the in-memory run up to the rounding of the
+summation order. :func:`map_reduce_statistic` does the same for the noisy sufficient statistics
+of :func:`pymc_dp.expfam.release`.
 
 How the user says it: the model holds ``pm.Data`` containers with small placeholder arrays of the
-right trailing shape, and ``pdp.sample(..., step=step, data={"X": dask_X, "y": dask_y})`` binds
-the rows (:func:`bind_data`); the same ``data=`` with NumPy arrays binds in-memory rows.
+right trailing shape (at least ``batch_size`` rows for a minibatch step, which checks it when
+made), and ``pdp.sample(..., step=step, data={"X": dask_X, "y": dask_y})`` binds the rows
+(:func:`bind_data`); the same ``data=`` with NumPy arrays binds in-memory rows.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ from pytensor.compile.sharedvalue import SharedVariable
 
 from pymc_dp.likelihood import PerRowLikelihood
 
-__all__ = ["DistributedLikelihood", "RowShard", "WorkerLostError", "bind_data", "is_dask"]
+__all__ = [
+    "DistributedLikelihood",
+    "RowShard",
+    "WorkerLostError",
+    "bind_data",
+    "is_dask",
+    "map_reduce_statistic",
+]
 
 
 class WorkerLostError(RuntimeError):
@@ -105,6 +116,13 @@ class RowShard:
     def grad(self, q: np.ndarray, bound: np.ndarray) -> np.ndarray:
         return np.asarray(self.likelihood.grad_kernel()(q, bound)[0])
 
+    def batch_ratio(
+        self, q_new: np.ndarray, q_old: np.ndarray, bound: np.ndarray, idx: np.ndarray
+    ) -> tuple[float, float]:
+        """Clipped ratio sum and sum of squares over this worker's rows ``idx`` (local)."""
+        out = self.likelihood.ratio_kernel(batch=True, squares=True)(q_new, q_old, bound, idx)
+        return float(out[0]), float(out[2])
+
     def fisher(self, q: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         total, outer, _ = self.likelihood.fisher_kernel()(q, bound)
         return np.asarray(total), np.asarray(outer)
@@ -113,27 +131,44 @@ class RowShard:
 # ---------------------------------------------------------------------------------- driver side
 @dataclass(frozen=True)
 class _Binding:
-    names: tuple[str, ...]
+    """Where the rows are: row block ``k`` starts at global row ``starts[k]``, lives on worker
+    ``worker[k]`` (index into the actors) at offset ``offset[k]`` of that worker's rows."""
+
     n_rows: int
     location: str
+    starts: np.ndarray
+    worker: np.ndarray
+    offset: np.ndarray
+
+    def split(self, idx: np.ndarray) -> list[np.ndarray]:
+        """Global row indices -> each worker's local indices (order kept)."""
+        block = np.searchsorted(self.starts, idx, side="right") - 1
+        local = idx - self.starts[block] + self.offset[block]
+        owner = self.worker[block]
+        return [local[owner == w] for w in range(int(self.worker.max()) + 1)]
 
 
 class DistributedLikelihood(PerRowLikelihood):
     """A :class:`~pymc_dp.likelihood.PerRowLikelihood` whose per-row sums run on Dask workers.
 
     Built on the model with its placeholder data (the prior, the raveling and the graph analysis
-    read no rows); ``n_rows`` is the bound data's. Only the full-data kernels exist: the clipped
-    log-likelihood-ratio sum, the clipped gradient sum and the clipped Fisher sums (warm start).
+    read no rows); ``n_rows`` is the bound data's. Kernels: the clipped log-likelihood-ratio sum,
+    the clipped gradient sum and the clipped Fisher sums (warm start) over all rows, and the
+    minibatch ratio sums (with squares) over a batch the driver draws with its secret generator
+    exactly as in memory, split by the worker holding each row. No exact diagnostics.
     """
 
     def __init__(self, model: Model, shards: Sequence, binding: _Binding, **kwargs) -> None:
         super().__init__(model, **kwargs)
         self._shards = list(shards)
+        self._binding = binding
         self.n_rows = binding.n_rows
         self.location = binding.location
 
     def _gather(self, method: str, *args):
-        futures = [getattr(shard, method)(*args) for shard in self._shards]
+        return self._results(method, [getattr(shard, method)(*args) for shard in self._shards])
+
+    def _results(self, method: str, futures: list):
         try:
             return [f.result() for f in futures]
         except Exception as err:  # a lost worker or actor: stop, never release a partial sum
@@ -144,16 +179,33 @@ class DistributedLikelihood(PerRowLikelihood):
             ) from None
 
     def ratio_kernel(self, *, batch: bool = False, diagnostics: bool = False, squares=False):
-        if batch or diagnostics or squares:
-            raise NotImplementedError(
-                "Rows in a Dask cluster serve the full-data steps (DPPenalty, DPHMC, DPLaplace) "
-                "without diagnostics."
-            )
+        if diagnostics:
+            raise NotImplementedError("Rows in a Dask cluster: no exact diagnostics.")
         prior = self._prior_value_fn
+        if batch:
+            # the driver draws the batch with its secret generator, exactly as in memory; each
+            # worker sums its own rows of it
+            def batch_kernel(q_new, q_old, bound, idx):
+                parts = self._binding.split(np.asarray(idx))
+                futures = [
+                    (shard.batch_ratio(q_new, q_old, bound, local) if local.size else None)
+                    for shard, local in zip(self._shards, parts, strict=True)
+                ]
+                sums = self._results("batch_ratio", [f for f in futures if f is not None])
+                total = sum(t for t, _ in sums)
+                out = [np.asarray(total), np.asarray(prior(q_new))]
+                if squares:
+                    out.append(np.asarray(sum(sq for _, sq in sums)))
+                return out
+
+            return batch_kernel
 
         def kernel(q_new, q_old, bound):
             total = sum(self._gather("ratio", q_new, q_old, bound))
-            return [np.asarray(total), np.asarray(prior(q_new))]
+            out = [np.asarray(total), np.asarray(prior(q_new))]
+            if squares:
+                raise NotImplementedError("full-data squares are not gathered")
+            return out
 
         return kernel
 
@@ -222,7 +274,9 @@ def _as_dask_array(value):
     return value
 
 
-def _shards(model: Model, data: Mapping, likelihood_kwargs: Mapping, client) -> tuple[list, str]:
+def _shards(
+    model: Model, data: Mapping, likelihood_kwargs: Mapping, client
+) -> tuple[list, _Binding]:
     """One :class:`RowShard` actor per worker holding rows, from partitions already there."""
     import dask
     import dask.array as da
@@ -252,6 +306,13 @@ def _shards(model: Model, data: Mapping, likelihood_kwargs: Mapping, client) -> 
     for i, f in enumerate(blocks[names[0]]):
         worker = sorted(owners[f.key])[0]
         by_worker.setdefault(worker, []).append(i)
+    sizes = np.asarray(chunks, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    owner = np.zeros(len(sizes), dtype=np.int64)
+    offset = np.zeros(len(sizes), dtype=np.int64)
+    for w, (_, idx) in enumerate(sorted(by_worker.items())):
+        owner[idx] = w
+        offset[idx] = np.concatenate([[0], np.cumsum(sizes[idx])[:-1]])
     blob = _dumps(model)
     actors = []
     for worker, idx in sorted(by_worker.items()):
@@ -273,7 +334,7 @@ def _shards(model: Model, data: Mapping, likelihood_kwargs: Mapping, client) -> 
         f"worker{'s' * (len(actors) != 1)} (clipped sums gathered per worker, noise added once "
         "on the driver)"
     )
-    return actors, location
+    return actors, _Binding(int(sizes.sum()), location, starts, owner, offset)
 
 
 def bind_data(step, data: Mapping, client=None):
@@ -296,8 +357,7 @@ def bind_data(step, data: Mapping, client=None):
     dask_values = [k for k, v in data.items() if is_dask(v)]
     if dask_values and not getattr(step, "distributed_rows", False):
         raise NotImplementedError(
-            f"{type(step).__name__} cannot read rows held in a Dask cluster yet: rows there serve "
-            "the full-data steps (DPPenalty, DPHMC, DPLaplace). Bind NumPy arrays instead."
+            f"{type(step).__name__} cannot read rows held in a Dask cluster: bind NumPy arrays."
         )
     if not dask_values:
         _check_shapes(containers, {k: np.asarray(v) for k, v in data.items()})
@@ -308,8 +368,28 @@ def bind_data(step, data: Mapping, client=None):
     values = {k: _as_dask_array(v) for k, v in data.items()}
     n = _check_shapes(containers, values)
     client = client or distributed.get_client()
-    shards, location = _shards(model, values, step.likelihood_kwargs, client)
-    lik = DistributedLikelihood(
-        model, shards, _Binding(tuple(data), n, location), **step.likelihood_kwargs
-    )
+    shards, binding = _shards(model, values, step.likelihood_kwargs, client)
+    if binding.n_rows != n:
+        raise RuntimeError(f"the workers hold {binding.n_rows} rows, the arrays declare {n}")
+    lik = DistributedLikelihood(model, shards, binding, **step.likelihood_kwargs)
     return step.rebuild(likelihood=lik)
+
+
+def map_reduce_statistic(family, data) -> tuple[np.ndarray, int]:
+    """``family.statistic`` of rows held in a Dask collection: per row partition on the workers,
+    summed here. The statistic is a sum over rows of bounded (truncated) terms, so the sum of the
+    partitions' statistics is exactly the statistic of all rows; the noise is added once, by the
+    caller (:func:`pymc_dp.expfam.release`). Partitions with no rows are skipped."""
+    _require_distributed()
+    import dask
+
+    array = _as_dask_array(data)
+    array = array.rechunk({i: -1 for i in range(1, array.ndim)})
+    blocks = [
+        b for b, size in zip(array.to_delayed().ravel(), array.chunks[0], strict=True) if size != 0
+    ]
+    if not blocks:
+        return family.statistic(np.zeros((0,) + array.shape[1:], dtype=array.dtype))
+    parts = dask.compute(*[dask.delayed(family.statistic)(b) for b in blocks])
+    total = np.sum([np.asarray(s) for s, _ in parts], axis=0)
+    return total, int(sum(n for _, n in parts))

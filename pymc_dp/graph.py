@@ -170,6 +170,12 @@ def _inline_op_from_graph(outputs: list[Variable]) -> list[Variable]:
     raise RuntimeError("OpFromGraph nesting deeper than 20 levels")  # pragma: no cover
 
 
+def _unpin(var: Variable) -> Variable:
+    while var.owner is not None and isinstance(var.owner.op, SpecifyShape):
+        var = var.owner.inputs[0]
+    return var
+
+
 def batch_graph(
     outputs: Sequence[Variable],
     inputs: Mapping[Variable, int],
@@ -197,6 +203,9 @@ def batch_graph(
                 pinned[out] = x
     if pinned:
         outputs = graph_replace(outputs, pinned, strict=False)
+    # graph_replace leaves an output that is itself pinned; with constant data its pinned shape
+    # is a folded literal (n), which the batch would violate
+    outputs = [_unpin(o) for o in outputs]
     replace = {
         x: (x[idx] if axis == 0 else pt.take(x, idx, axis=axis)) for x, axis in inputs.items()
     }

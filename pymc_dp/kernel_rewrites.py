@@ -69,10 +69,20 @@ def _shared(value: np.ndarray, name: str) -> Variable:
 
 
 def _const_value(var: Variable):
-    """Value of a constant, seen through ``DimShuffle`` (``ExpandDims``) wrappers; else None."""
-    while var.owner is not None and isinstance(var.owner.op, DimShuffle):
+    """Value of a constant, seen through ``DimShuffle`` (``ExpandDims``) and dtype casts (a
+    ``pm.Data`` container of int32 observed as int64); else None."""
+    dtype = None
+    while var.owner is not None and (
+        isinstance(var.owner.op, DimShuffle)
+        or (isinstance(var.owner.op, Elemwise) and isinstance(var.owner.op.scalar_op, ps.Cast))
+    ):
+        if dtype is None and isinstance(var.owner.op, Elemwise):
+            dtype = var.dtype
         var = var.owner.inputs[0]
-    return np.asarray(var.data) if isinstance(var, Constant) else None
+    if not isinstance(var, Constant):
+        return None
+    value = np.asarray(var.data)
+    return value if dtype is None else value.astype(dtype)
 
 
 def split_columns(

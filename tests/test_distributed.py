@@ -46,8 +46,8 @@ def _model(x: np.ndarray, y: np.ndarray) -> pm.Model:
     return model
 
 
-def _placeholder() -> pm.Model:
-    return _model(np.zeros((2, D)), np.zeros(2, dtype=np.int64))
+def _placeholder(rows: int = 2) -> pm.Model:
+    return _model(np.zeros((rows, D)), np.zeros(rows, dtype=np.int64))
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,21 @@ STEPS = {
         epsilon=4.0, llr_clip=1.0, grad_clip=2.0, step_size=0.02, n_steps=3, noise_seed=5
     ),
     "laplace": lambda: pdp.DPLaplace(epsilon=4.0, grad_clip=2.0, noise_seed=5),
+    "minibatch_poisson": lambda: pdp.DPMinibatchPenalty(
+        epsilon=4.0, llr_clip=0.5, proposal_scale=0.03, batch_size=200, noise_seed=5
+    ),
+    "minibatch_fixed": lambda: pdp.DPMinibatchPenalty(
+        epsilon=4.0,
+        llr_clip=0.5,
+        proposal_scale=0.03,
+        batch_size=200,
+        sampling="fixed_size",
+        noise_seed=5,
+    ),
+    "barker": lambda: pdp.DPBarker(batch_size=200, n0=50, proposal_scale=0.05, noise_seed=5),
 }
+#: A minibatch step is validated when it is made: its placeholder needs batch_size rows.
+PLACEHOLDER_ROWS = {"minibatch_poisson": 200, "minibatch_fixed": 200, "barker": 200}
 
 
 def _sample(model, make, **kw):
@@ -89,7 +103,8 @@ def _sample(model, make, **kw):
 def test_dask_rows_give_the_in_memory_draws(client, rows, kind):
     x, y, dx, dy = rows
     memory = _sample(_model(x, y), STEPS[kind])
-    placeholder = _placeholder()
+    rows_ = PLACEHOLDER_ROWS.get(kind, 2)
+    placeholder = _placeholder(rows_)
     dask = _sample(placeholder, STEPS[kind], data={"X": dx, "y": dy}, client=client)
     # the same releases up to the summation order of the partitions, hence the same draws
     np.testing.assert_allclose(
@@ -100,7 +115,7 @@ def test_dask_rows_give_the_in_memory_draws(client, rows, kind):
     assert report.data_location.startswith("dask: 5 row partitions held on 2 workers")
     assert pdp.privacy_report(memory).data_location == "in memory"
     # the driver never held the rows: the model keeps its placeholders, the output no data
-    assert placeholder["X"].get_value().shape == (2, D)
+    assert placeholder["X"].get_value().shape == (rows_, D)
     assert set(dask.children) <= {"posterior", "sample_stats", "warmup_posterior"}
 
 
@@ -169,11 +184,19 @@ def test_bad_bindings_name_the_argument(client, rows):
             pdp.sample(step=step, data={"X": dx, "y": dy[:100]}, **RUN)
         with pytest.raises(TypeError, match="`data` must be a non-empty dict"):
             pdp.sample(step=step, data=[dx, dy], **RUN)
-        minibatch = pdp.DPMinibatchPenalty(
-            epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, batch_size=2
-        )
-        with pytest.raises(NotImplementedError, match="full-data steps"):
-            pdp.sample(step=minibatch, data={"X": dx, "y": dy}, client=client, **RUN)
+        with pytest.raises(NotImplementedError, match="cannot read rows held in a Dask cluster"):
+            pdp.sample(step=_LocalOnly.of(step), data={"X": dx, "y": dy}, client=client, **RUN)
+
+
+class _LocalOnly(pdp.DPPenalty):
+    """A step that has not declared it can read rows on workers (the default of DPStep)."""
+
+    distributed_rows = False
+
+    @classmethod
+    def of(cls, step):
+        step.__class__ = cls
+        return step
 
 
 def test_the_core_does_not_import_dask():
@@ -215,18 +238,42 @@ def test_a_worker_lost_mid_run_stops_the_run_with_a_clear_error(rows):
         assert calls["n"] >= 5
 
 
-def test_expfam_release_refuses_dask_rows_without_collecting_them():
-    rows = da.from_array(np.arange(10.0), chunks=5)
-    with pytest.raises(NotImplementedError, match="does not take Dask collections"):
-        pdp.expfam.release(rows, "normal", epsilon=1.0, bounds=(0.0, 10.0), sigma=1.0)
+@pytest.mark.parametrize(
+    "family, kw, make",
+    [
+        ("binomial", dict(trials=5), lambda rng: rng.integers(0, 6, 4000)),
+        ("normal", dict(bounds=(-3.0, 3.0), sigma=1.0), lambda rng: rng.normal(0.5, 1.5, 4000)),
+        ("multinomial", dict(categories=3), lambda rng: rng.integers(0, 3, 4000)),
+    ],
+)
+def test_expfam_release_of_dask_rows_equals_the_in_memory_release(client, family, kw, make):
+    """The truncated statistic is a sum over rows: per partition on the workers, then summed;
+    with the same noise seed the release equals the in-memory one (out-of-bounds normal rows are
+    redacted in each partition as in memory)."""
+    values = make(np.random.default_rng(3))
+    memory = pdp.expfam.release(values, family, epsilon=1.0, noise_seed=9, **kw)
+    rows = da.from_array(values, chunks=900)  # 5 partitions, the last one short
+    dask = pdp.expfam.release(rows, family, epsilon=1.0, noise_seed=9, **kw)
+    assert dask.n == memory.n == values.shape[0]
+    np.testing.assert_allclose(dask.y, memory.y, rtol=1e-12)
+    assert dask.ledger.epsilon == memory.ledger.epsilon
+
+
+def test_expfam_release_of_dask_rows_refuses_bad_rows_like_memory(client):
+    rows = da.from_array(np.array([0, 1, 2, 7, 1, 0]), chunks=2)  # 7 > trials in partition 2
+    with pytest.raises(ValueError, match="outside the support"):
+        pdp.expfam.release(rows, "binomial", epsilon=1.0, trials=5)
 
 
 @pytest.mark.slow
-def test_readme_dask_example_runs_as_printed(capsys):
+def test_readme_dask_example_runs_as_printed():
     """The README's Parquet example: randhie written to Parquet, read with dask.dataframe, fitted
-    with DPLaplace on a LocalCluster. It is the quickstart's model and rows, so the quickstart
-    test's tolerances apply (tests/test_readme.py: the noise is unseeded)."""
+    with DPLaplace on a LocalCluster. Run as a script of its own (as a user runs it; a second
+    in-process cluster beside this module's would share its event loop). It is the quickstart's
+    model and rows, so the quickstart test's tolerances apply (tests/test_readme.py: the noise
+    is unseeded)."""
     pytest.importorskip("pyarrow")
+    import json
     import re
     from pathlib import Path
 
@@ -236,22 +283,30 @@ def test_readme_dask_example_runs_as_printed(capsys):
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     marker = text.index("<!-- dask example: executed by tests/test_distributed.py -->")
     code = re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
-    out = capsys.readouterr().out
+    code += (
+        "\nimport json\nbeta = idata.posterior['beta']\n"
+        "print('RESULT', json.dumps({'children': sorted(idata.children), "
+        "'sizes': dict(beta.sizes), 'epsilon': pdp.privacy_report(idata).epsilon, "
+        "'seeded': pdp.privacy_report(idata).noise_seeded, "
+        "'mean': beta.mean(('chain', 'draw')).values.tolist(), "
+        "'sd': beta.std(('chain', 'draw')).values.tolist()}))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
     # dask-expr merges the 4 small Parquet files into fewer partitions when it optimises
     assert re.search(r"data: +dask: \d+ row partitions? held on [12] workers?", out), out
-    idata = namespace["idata"]
-    assert set(idata.children) == {"posterior", "sample_stats"}
-    report = pdp.privacy_report(idata)
-    assert report.epsilon == pytest.approx(4.0, rel=1e-9) and not report.noise_seeded
-    beta = idata.posterior["beta"]
-    assert beta.sizes == {"chain": 4, "draw": 1000, "coef": 4}
+    result = json.loads(out.split("RESULT ", 1)[1])
+    assert result["children"] == ["posterior", "sample_stats"]
+    assert result["sizes"] == {"chain": 4, "draw": 1000, "coef": 4}
+    assert result["epsilon"] == pytest.approx(4.0, rel=1e-9) and not result["seeded"]
     df = randhie.load_pandas().data
     public = np.column_stack([df["lncoins"] / np.log(101), df["idp"], df["physlm"]])
     X = np.column_stack([np.ones(len(df)), 2 * public - 1])
     q, sd = _exact_laplace(X, (df["mdvis"] > 0).to_numpy(int), 2.5)
-    z = (beta.mean(("chain", "draw")).values - q) / sd
-    ratio = beta.std(("chain", "draw")).values / sd
+    z = (np.array(result["mean"]) - q) / sd
+    ratio = np.array(result["sd"]) / sd
     assert np.all(np.abs(z) < 1.5), z
     assert np.all((ratio > 0.9) & (ratio < 1.6)), ratio

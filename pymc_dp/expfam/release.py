@@ -188,10 +188,12 @@ def release(
 
     Parameters
     ----------
-    data : array_like
+    data : array_like or Dask array / DataFrame column
         One row per person: counts in ``{0..trials}`` (binomial); category labels, or an
         ``(n, categories)`` array of counts (multinomial); non-negative integers (Poisson);
-        non-negative reals (exponential); reals (normal).
+        non-negative reals (exponential); reals (normal). A Dask collection stays on its
+        workers: each partition's (truncated) statistic is computed there and only the sums
+        reach this process (:func:`pymc_dp.distributed.map_reduce_statistic`).
     family : str or Family
         See :func:`~pymc_dp.expfam.get_family`.
     epsilon : float
@@ -228,12 +230,12 @@ def release(
     (truncated families). The release is snapped (:mod:`pymc_dp.noise`): its low-order bits
     carry nothing about the data (Mironov 2012).
     """
-    if hasattr(data, "__dask_graph__"):
-        raise NotImplementedError(
-            "pdp.expfam.release does not take Dask collections yet (it would collect the rows "
-            "on this machine): release from a NumPy array."
-        )
     epsilon = check_epsilon(epsilon)
     fam = get_family(family, bounds, trials=trials, categories=categories, sigma=sigma)
-    s, n = fam.statistic(data)
+    if hasattr(data, "__dask_graph__") or hasattr(data, "to_dask_array"):
+        from pymc_dp.distributed import map_reduce_statistic
+
+        s, n = map_reduce_statistic(fam, data)  # per partition on the workers, then summed
+    else:
+        s, n = fam.statistic(data)
     return release_statistic(s, n, fam, epsilon, NoiseSource(noise_seed, exact=exact_noise))

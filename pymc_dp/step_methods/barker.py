@@ -92,6 +92,7 @@ class DPBarker(DPStep):
     """
 
     name = "dp_barker"
+    distributed_rows = True  # the driver draws the batch; workers sum their rows of it
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
         "batch_size": Stat(np.int64),

@@ -120,6 +120,7 @@ class DPMinibatchPenalty(PenaltyMetropolis):
     """
 
     name = "dp_minibatch_penalty"
+    distributed_rows = True  # the driver draws the batch; workers sum their rows of it
     stats: ClassVar[dict[str, Stat]] = {
         **PenaltyMetropolis.stats,
         "batch_size": Stat(np.int64),
