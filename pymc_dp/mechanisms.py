@@ -92,7 +92,9 @@ class PenaltyTest(GaussianRelease):
     ) -> tuple[float, float]:
         """``(released ratio - sigma^2 / 2, sigma)``: the privatised, penalised log ratio."""
         released, sigma = self.release(noise, llr, sensitivity, scale)
-        return float(released) - 0.5 * sigma**2, sigma
+        # sigma * sigma: a diverged trajectory (huge step, huge sigma) gives -inf, a rejection,
+        # where sigma**2 would raise OverflowError
+        return float(released) - 0.5 * sigma * sigma, sigma
 
 
 @dataclass(frozen=True)

@@ -301,3 +301,19 @@ class TestArguments:
         with gaussian_model:
             step = _hmc(epsilon=1.0, mass_matrix=np.array([[2.0, 0.5], [0.5, 1.0]]))
         assert isinstance(step.potential, QuadPotentialFullInv)  # PyMC's own potential
+
+
+def test_a_diverged_trajectory_is_rejected_not_raised():
+    """A trajectory that ran off (step length ~1e152) makes sigma ~1e154: sigma^2 overflows a
+    float. The penalised ratio must give a certain rejection, not an OverflowError that stops the
+    run (found by the contract test of the zero-tuning DPHMC)."""
+    from pymc_dp.mechanisms import PenaltyTest
+    from pymc_dp.noise import NoiseSource
+
+    log_ratio, sigma = PenaltyTest().log_ratio(
+        NoiseSource(seed=1), llr=-6.9e154, sensitivity=4.6e152, scale=38.6
+    )
+    assert np.isfinite(sigma) and sigma > 1e154
+    assert log_ratio < -1e300 and np.exp(min(0.0, log_ratio)) == 0.0
+    with pytest.raises(OverflowError):  # what the penalty used to compute
+        0.5 * sigma**2

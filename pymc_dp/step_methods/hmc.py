@@ -252,10 +252,11 @@ class DPHMC(DPStep):
                 self._noise, t * float(out[0]), 2.0 * t * bound, self._scale
             )
             kinetic = pot.energy(p0) - pot.energy(p)
-            delta_h = log_ratio + 0.5 * sigma**2 + prior_new - prior_cur + kinetic  # privatised
+            # privatised; sigma * sigma cannot raise (see PenaltyTest.log_ratio)
+            delta_h = log_ratio + 0.5 * sigma * sigma + prior_new - prior_cur + kinetic
             diverging = not np.isfinite(delta_h) or abs(delta_h) > self.max_energy_error
             if not diverging:
-                log_alpha = delta_h - 0.5 * sigma**2
+                log_alpha = delta_h - 0.5 * sigma * sigma
                 q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
             if self.diagnostics:
                 clip = float(out[2])
