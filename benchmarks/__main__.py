@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
+import sys
 import time
 import warnings
 
@@ -80,6 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-utility", action="store_true", help="skip the real-data utility table (long)"
     )
+    parser.add_argument(
+        "--no-dask", action="store_true", help="skip the Dask cluster table (n = 2e7, long)"
+    )
     args = parser.parse_args(argv)
 
     # pm.sample logs each run and the DP step warns that plain pm.sample keeps the data: noise here.
@@ -132,6 +137,14 @@ def main(argv: list[str] | None = None) -> None:
     bench_abcdp.main(args.quick)
     print("\n== Noisy sufficient statistics: Gibbs iterations per second ==")
     bench_expfam.main(args.quick)
+    if not args.no_dask:
+        # a process of its own: its driver-memory figure must not include this one's models
+        print(flush=True)
+        quick = ["--n", "200000", "--iterations", "20", "--round-trip-n", "100000"]
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_dask", *(quick if args.quick else [])],
+            check=True,
+        )
     if args.no_utility:
         print(f"\ntotal {time.perf_counter() - start:.0f} s")
         return
