@@ -56,9 +56,7 @@ def logistic_rows(n: int, chunk: int = CHUNK, seed: int = 0):
 
     sizes = [min(chunk, n - s) for s in range(0, n, chunk)]
     make = dask.delayed(_block, pure=True)
-    xs = [
-        da.from_delayed(make(i, s, "X", seed), (s, D), np.float64) for i, s in enumerate(sizes)
-    ]
+    xs = [da.from_delayed(make(i, s, "X", seed), (s, D), np.float64) for i, s in enumerate(sizes)]
     ys = [da.from_delayed(make(i, s, "y", seed), (s,), np.int64) for i, s in enumerate(sizes)]
     return da.concatenate(xs), da.concatenate(ys)
 

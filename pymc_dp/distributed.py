@@ -39,8 +39,13 @@ __all__ = [
     "RowShard",
     "WorkerLostError",
     "bind_data",
+    "as_dask_array",
     "is_dask",
+    "map_partitions",
     "map_reduce_statistic",
+    "private_embedding",
+    "require_distributed",
+    "stream_tasks",
 ]
 
 
@@ -53,7 +58,7 @@ def is_dask(value) -> bool:
     return hasattr(value, "__dask_graph__")
 
 
-def _require_distributed():
+def require_distributed():
     try:
         import dask.array  # noqa: F401
         import distributed
@@ -266,7 +271,7 @@ def _check_shapes(containers: Mapping[str, SharedVariable], data: Mapping) -> in
     return next(iter(rows.values()))
 
 
-def _as_dask_array(value):
+def as_dask_array(value):
     if hasattr(value, "to_dask_array"):  # a Dask DataFrame or Series
         # optimise first: dask-expr may merge small Parquet partitions when it optimises, and
         # lengths computed on the unoptimised frame would then not match its partitions
@@ -283,7 +288,7 @@ def _shards(
     from distributed import futures_of, wait
 
     names = list(data)
-    arrays = {k: _as_dask_array(v) for k, v in data.items()}
+    arrays = {k: as_dask_array(v) for k, v in data.items()}
     first = arrays[names[0]]
     chunks = first.chunks[0]
     arrays = {
@@ -364,8 +369,8 @@ def bind_data(step, data: Mapping, client=None):
         with model:
             pm.set_data({k: np.asarray(v) for k, v in data.items()})
         return step.rebuild()
-    distributed = _require_distributed()
-    values = {k: _as_dask_array(v) for k, v in data.items()}
+    distributed = require_distributed()
+    values = {k: as_dask_array(v) for k, v in data.items()}
     n = _check_shapes(containers, values)
     client = client or distributed.get_client()
     shards, binding = _shards(model, values, step.likelihood_kwargs, client)
@@ -375,21 +380,69 @@ def bind_data(step, data: Mapping, client=None):
     return step.rebuild(likelihood=lik)
 
 
+def map_partitions(fn, data, *args) -> list:
+    """``fn(block, *args)`` for each non-empty row partition of a Dask collection, run on the
+    workers (all trailing axes in one block); the results in row order."""
+    require_distributed()
+    import dask
+
+    array = as_dask_array(data)
+    array = array.rechunk({i: -1 for i in range(1, array.ndim)})
+    blocks = [
+        b for b, size in zip(array.to_delayed().ravel(), array.chunks[0], strict=True) if size != 0
+    ]
+    return list(dask.compute(*[dask.delayed(fn)(b, *args) for b in blocks]))
+
+
 def map_reduce_statistic(family, data) -> tuple[np.ndarray, int]:
     """``family.statistic`` of rows held in a Dask collection: per row partition on the workers,
     summed here. The statistic is a sum over rows of bounded (truncated) terms, so the sum of the
     partitions' statistics is exactly the statistic of all rows; the noise is added once, by the
     caller (:func:`pymc_dp.expfam.release`). Partitions with no rows are skipped."""
-    _require_distributed()
-    import dask
-
-    array = _as_dask_array(data)
-    array = array.rechunk({i: -1 for i in range(1, array.ndim)})
-    blocks = [
-        b for b, size in zip(array.to_delayed().ravel(), array.chunks[0], strict=True) if size != 0
-    ]
-    if not blocks:
+    parts = map_partitions(lambda block: family.statistic(block), data)
+    if not parts:
+        array = as_dask_array(data)
         return family.statistic(np.zeros((0,) + array.shape[1:], dtype=array.dtype))
-    parts = dask.compute(*[dask.delayed(family.statistic)(b) for b in blocks])
     total = np.sum([np.asarray(s) for s, _ in parts], axis=0)
     return total, int(sum(n for _, n in parts))
+
+
+def _observed_sum(block: np.ndarray, distance, name: str) -> tuple[np.ndarray, int]:
+    block = np.asarray(block, dtype=np.float64)
+    if not np.all(np.isfinite(block)):  # the in-memory check, per partition
+        raise ValueError(f"The observed data of `{name}` contains NaN or inf.")
+    return distance.observed_sum(block), len(block)
+
+
+def private_embedding(distance, data, name: str) -> np.ndarray:
+    """ABCDP's private embedding of rows held in a Dask collection: ``distance.observed_sum`` per
+    row partition on the workers (each a sum of per-row terms of bounded norm), added here and
+    finished once, so its sensitivity is that of the in-memory embedding."""
+    parts = map_partitions(_observed_sum, data, distance, name)
+    total = np.sum([np.asarray(s) for s, _ in parts], axis=0)
+    return distance.finish(total, int(sum(n for _, n in parts)))
+
+
+def stream_tasks(client, fn, jobs, window: int):
+    """Yield ``(tag, fn(*args))`` for ``(tag, args)`` in ``jobs``, in order, with up to ``window``
+    tasks running on the cluster ahead of the consumer. The tasks are public computations (a lost
+    worker's task is rerun by Dask with the same arguments, so with the same result); closing
+    the generator cancels the tasks still queued."""
+    from collections import deque
+
+    pending: deque = deque()
+    jobs = iter(jobs)
+    try:
+        while True:
+            while len(pending) < window:
+                job = next(jobs, None)
+                if job is None:
+                    break
+                tag, args = job
+                pending.append((tag, client.submit(fn, *args, pure=False)))
+            if not pending:
+                return
+            tag, future = pending.popleft()
+            yield tag, future.result()
+    finally:
+        client.cancel([f for _, f in pending])

@@ -68,9 +68,7 @@ def rows():
 
 
 STEPS = {
-    "penalty": lambda: pdp.DPPenalty(
-        epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, noise_seed=5
-    ),
+    "penalty": lambda: pdp.DPPenalty(epsilon=4.0, llr_clip=0.05, proposal_scale=0.03, noise_seed=5),
     "penalty_zero_tuning": lambda: pdp.DPPenalty(epsilon=4.0, llr_clip=0.05, noise_seed=5),
     "hmc": lambda: pdp.DPHMC(
         epsilon=4.0, llr_clip=1.0, grad_clip=2.0, step_size=0.02, n_steps=3, noise_seed=5
@@ -291,9 +289,7 @@ def test_readme_dask_example_runs_as_printed():
         "'mean': beta.mean(('chain', 'draw')).values.tolist(), "
         "'sd': beta.std(('chain', 'draw')).values.tolist()}))\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
-    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     # dask-expr merges the 4 small Parquet files into fewer partitions when it optimises
@@ -310,3 +306,158 @@ def test_readme_dask_example_runs_as_printed():
     ratio = np.array(result["sd"]) / sd
     assert np.all(np.abs(z) < 1.5), z
     assert np.all((ratio > 0.9) & (ratio < 1.6)), ratio
+
+
+# ------------------------------------------------------------------------------------- ABCDP
+ABC_N, ABC_CHUNK = 2000, 450  # 5 partitions, the last one short
+ABC_RUN = dict(
+    epsilon=1.0,
+    threshold=0.1,
+    n_accept=4,
+    n_proposals=300,
+    batch_size=20,
+    random_seed=3,
+    noise_seed=4,
+    progressbar=False,
+)
+
+
+def _abc_model(rows: np.ndarray) -> pm.Model:
+    from pymc_dp.abcdp.examples import mixture_simulator
+
+    with pm.Model() as model:
+        yd = pm.Data("y", rows)
+        w = pm.Dirichlet("theta", a=np.ones(5))
+        pm.Simulator("obs", mixture_simulator, w, signature="(k)->()", observed=yd)
+    return model
+
+
+@pytest.fixture(scope="module")
+def abc_rows():
+    from pymc_dp.abcdp.examples import TOY_THETA, mixture_simulator
+
+    y = mixture_simulator(np.random.default_rng(0), TOY_THETA, (ABC_N,))
+    return y, da.from_array(y, chunks=ABC_CHUNK)
+
+
+def _per_row(rows):
+    return np.stack([rows, rows**2], axis=1)
+
+
+# (distance, vectorized, run settings): each run tests 40-160 proposals, in several batches
+ABC_DISTANCES = {
+    "mmd_vectorized": (lambda: pdp.abcdp.MMD(n_features=30), True, {}),
+    # per-proposal simulations and the median-heuristic bandwidth from a pilot on the cluster
+    "mmd_per_proposal": (lambda: pdp.abcdp.MMD(n_features=30), False, {}),
+    "summary_per_row": (
+        lambda: pdp.abcdp.SummaryDistance(_per_row, clip=2.0, row_bound=30.0),
+        True,
+        dict(epsilon=20.0, threshold=0.2),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(ABC_DISTANCES))
+def test_abcdp_of_dask_rows_gives_the_in_memory_draws(client, abc_rows, kind):
+    """The private embedding is summed per partition, the simulations run as tasks: the accepted
+    proposals and the stopping point equal the in-memory run's (and the NumPy binding's)."""
+    y, dy = abc_rows
+    make, vectorized, settings = ABC_DISTANCES[kind]
+    kw = dict(ABC_RUN, distance=make(), vectorized=vectorized, **settings)
+    memory = pdp.abcdp.sample_abcdp(_abc_model(y), **kw)
+    bound = pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=y, **kw)
+    placeholder = _abc_model(np.zeros(2))
+    dask = pdp.abcdp.sample_abcdp(placeholder, data={"y": dy}, client=client, **kw)
+    want = memory.posterior["theta"].values
+    # a real comparison: all 4 accepted, after several batches
+    assert want.shape[1] == 4 and memory.attrs["abcdp_proposals_used"] > 2 * 20
+    np.testing.assert_array_equal(bound.posterior["theta"].values, want)
+    np.testing.assert_allclose(dask.posterior["theta"].values, want, rtol=1e-12)
+    for key in ("abcdp_proposals_used", "abcdp_sensitivity", "abcdp_b", "abcdp_bandwidth"):
+        assert dask.attrs.get(key) == memory.attrs.get(key), key
+    report = pdp.privacy_report(dask)
+    assert report.data_location.startswith("dask: 5 row partitions, simulations on 2 workers")
+    assert pdp.privacy_report(memory).data_location == "in memory"
+    assert set(dask.children) == {"posterior"}
+    assert placeholder["y"].get_value().shape == (2,)
+
+
+def test_abcdp_of_dask_rows_refuses_what_it_cannot_do(client, abc_rows):
+    y, dy = abc_rows
+    kw = dict(ABC_RUN, vectorized=True, client=client)
+    with pytest.raises(ValueError, match="`distance` MMD is not a sum over rows"):
+        pdp.abcdp.sample_abcdp(
+            _abc_model(np.zeros(2)), data=dy, distance=pdp.abcdp.MMD(n_features=None), **kw
+        )
+    whole = pdp.abcdp.SummaryDistance(lambda r: np.array([r.mean()]), clip=1.0)
+    with pytest.raises(ValueError, match="`distance` SummaryDistance is not a sum over rows"):
+        pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=dy, distance=whole, **kw)
+    with pytest.raises(ValueError, match=r"`data` keys \['z'\] must be exactly \['y'\]"):
+        pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data={"z": dy}, **kw)
+    with pytest.raises(ValueError, match=r"`data` has shape \(2000, 1\)"):
+        pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=dy[:, None], **kw)
+    from pymc_dp.abcdp.examples import mixture_model
+
+    with pytest.raises(ValueError, match="its observed data is a constant"):
+        pdp.abcdp.sample_abcdp(mixture_model(n=50), data=dy, **kw)
+    # a bad row in one partition fails as it fails in memory, before anything is released
+    bad = y.copy()
+    bad[1000] = np.nan
+    with pytest.raises(ValueError, match="observed data of `obs` contains NaN or inf"):
+        pdp.abcdp.sample_abcdp(
+            _abc_model(np.zeros(2)), data=da.from_array(bad, chunks=ABC_CHUNK), **kw
+        )
+    with pytest.raises(ValueError, match="observed data of `obs` contains NaN or inf"):
+        pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=bad, **kw)
+
+
+def test_prior_predictive_distances_for_rows_bound_later(abc_rows):
+    """A placeholder model simulates data sets of ``n_rows`` rows, as the bound model does."""
+    y, _ = abc_rows
+    kw = dict(distance=pdp.abcdp.MMD(n_features=30), n_pairs=20, vectorized=True, random_seed=2)
+    full = pdp.abcdp.prior_predictive_distances(_abc_model(y), **kw)
+    later = pdp.abcdp.prior_predictive_distances(_abc_model(np.zeros(2)), n_rows=ABC_N, **kw)
+    np.testing.assert_array_equal(later, full)
+    small = pdp.abcdp.prior_predictive_distances(_abc_model(np.zeros(2)), **kw)
+    assert np.median(small) > 2 * np.median(full)  # 2-row data sets are far apart
+
+
+def test_abcdp_recovers_from_a_lost_worker_with_the_same_draws(abc_rows):
+    """The simulations are public tasks: when a worker process dies mid-run Dask reruns its tasks
+    elsewhere with the same arguments (and generators), so the run gives the same draws."""
+    import pymc_dp.distributed as dist
+
+    y, _ = abc_rows
+    kw = dict(ABC_RUN, distance=pdp.abcdp.MMD(n_features=30), vectorized=True)
+    memory = pdp.abcdp.sample_abcdp(_abc_model(y), **kw)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        pids = c.run(os.getpid)
+        stream = dist.stream_tasks
+        seen = {"n": 0}
+
+        def killing(*args):
+            for item in stream(*args):
+                seen["n"] += 1
+                if seen["n"] == 2:  # tasks of later batches are queued on both workers
+                    os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+                yield item
+
+        dist.stream_tasks = killing
+        try:
+            dask = pdp.abcdp.sample_abcdp(
+                _abc_model(np.zeros(2)),
+                data=da.from_array(y, chunks=ABC_CHUNK),
+                client=c,
+                **kw,
+            )
+        finally:
+            dist.stream_tasks = stream
+        assert set(c.run(os.getpid).values()) != set(pids.values())  # a worker did die
+    assert seen["n"] >= 3
+    np.testing.assert_allclose(dask.posterior["theta"].values, memory.posterior["theta"].values)
+    assert dask.attrs["abcdp_proposals_used"] == memory.attrs["abcdp_proposals_used"]

@@ -42,9 +42,7 @@ def test_full_kernels_read_columns_and_batch_kernels_gather_rows(logistic):
                 assert isinstance(node.op, Dot), node.op
     batch = lik.ratio_kernel(batch=True, squares=True)
     gathers = [
-        node
-        for node in batch.maker.fgraph.toposort()
-        if isinstance(node.op, AdvancedSubtensor)
+        node for node in batch.maker.fgraph.toposort() if isinstance(node.op, AdvancedSubtensor)
     ]
     gathered = [np.asarray(n.inputs[0].data) for n in gathers if isinstance(n.inputs[0], Constant)]
     # the batch kernel gathers b rows of the row-major (n, d) matrix: one cache line per row

@@ -100,9 +100,35 @@ class Distance(ABC):
         """
         return self
 
-    @abstractmethod
     def against(self, observed: NDArray) -> DistanceFn:
         """Closure ``batch -> rho(observed, batch[i])`` for simulated batches (B, n, ...)."""
+        if not self.row_summable:
+            raise NotImplementedError(f"{type(self).__name__} must define against()")
+        observed = np.asarray(observed)
+        private = self.finish(self.observed_sum(observed), len(observed))
+        return lambda batch: self.compare(private, self.embed(batch))
+
+    # A distance is *row-summable* when ``rho(Y*, Y) = compare(e(Y*), embed(Y))`` with
+    # ``e(Y*) = finish(sum_i f(y*_i), n)``: the private side is a sum over rows, so rows held in
+    # partitions (a Dask cluster) give it as a sum of partial sums; the simulated side ``embed``
+    # is public and can run anywhere.
+    row_summable = False
+
+    def observed_sum(self, rows: NDArray) -> NDArray[np.float64]:
+        """``sum_i f(y*_i)`` over some rows of the private data (row-summable distances)."""
+        raise NotImplementedError(f"{type(self).__name__} is not row-summable")
+
+    def finish(self, total: NDArray, n: int) -> NDArray[np.float64]:
+        """The private embedding from the sum over all n rows."""
+        raise NotImplementedError(f"{type(self).__name__} is not row-summable")
+
+    def embed(self, batch: Batch) -> NDArray[np.float64]:
+        """Embeddings (B, k) of simulated data sets (public)."""
+        raise NotImplementedError(f"{type(self).__name__} is not row-summable")
+
+    def compare(self, private: NDArray, embedded: NDArray) -> NDArray[np.float64]:
+        """``rho`` of the private embedding against each simulated embedding (B,)."""
+        raise NotImplementedError(f"{type(self).__name__} is not row-summable")
 
     def describe(self) -> dict[str, Any]:
         """Public, netCDF-safe description for the result's attrs."""
@@ -175,13 +201,19 @@ class MMD(Distance):
             out = replace(out, frequencies=freqs)
         return out
 
-    def against(self, observed: NDArray) -> DistanceFn:
+    @property
+    def row_summable(self) -> bool:  # random features: a mean of per-row features
+        return self.n_features is not None
+
+    def _check_prepared(self) -> None:
         if self.bandwidth is None or (self.n_features is not None and self.frequencies is None):
-            raise RuntimeError("MMD.against() needs prepare() first (bandwidth, frequencies).")
-        x = _rows(observed, leading=0)
+            raise RuntimeError("MMD needs prepare() first (bandwidth, frequencies).")
+
+    def against(self, observed: NDArray) -> DistanceFn:
+        self._check_prepared()
         if self.n_features is None:
-            return self._exact(x)
-        return self._random_features(x)
+            return self._exact(_rows(observed, leading=0))
+        return super().against(observed)
 
     def _exact(self, x: NDArray[np.float64]) -> DistanceFn:
         h = self.bandwidth
@@ -196,43 +228,52 @@ class MMD(Distance):
 
         return rho
 
-    def _random_features(self, x: NDArray[np.float64]) -> DistanceFn:
+    def _frequencies(self, row_size: int) -> NDArray[np.float64]:
+        self._check_prepared()
         w = np.asarray(self.frequencies, dtype=np.float64)
-        if w.ndim != 2 or w.shape[0] != x.shape[1]:
+        if w.ndim != 2 or w.shape[0] != row_size:
             raise ValueError(
-                f"`frequencies` must have shape ({x.shape[1]}, n_features), got {w.shape}"
+                f"`frequencies` must have shape ({row_size}, n_features), got {w.shape}"
             )
+        return w
+
+    def observed_sum(self, rows: NDArray) -> NDArray[np.float64]:
+        # The private features in float64: replacing a row changes the sum by at most
+        # ||phi(x) - phi(x')|| <= 2 with ||phi|| = 1 to double precision, so the computed rho
+        # keeps Delta = 2 / n. (The 1 / sqrt(D) of phi is applied in finish().)
+        x = _rows(rows, leading=0)
+        phase = x @ self._frequencies(x.shape[1])
+        return np.concatenate([np.cos(phase).sum(0), np.sin(phase).sum(0)])
+
+    def finish(self, total: NDArray, n: int) -> NDArray[np.float64]:
+        return np.asarray(total, dtype=np.float64) / (n * math.sqrt(self.n_features))
+
+    def embed(self, batch: Batch) -> NDArray[np.float64]:
+        # The simulated side is a fixed function of public data (a query of the SVT), so it
+        # may be computed in float32: SIMD sin/cos are ~20x faster than float64, and rounding
+        # (~1e-7) changes the query, not its sensitivity to the private data. Features are
+        # laid out (D, rows) so the sums run along contiguous rows (pairwise, accurate).
+        ys = _rows(batch)
+        w = self._frequencies(ys.shape[2])
         n_feat = w.shape[1]
-        # The private embedding in float64: its replace-one change is ||phi(x) - phi(x')|| / n with
-        # ||phi|| = 1 to double precision, so the computed rho keeps Delta = 2 / n.
-        phase = x @ w
-        mu_x = np.concatenate([np.cos(phase).mean(0), np.sin(phase).mean(0)]) / math.sqrt(n_feat)
         w_t = np.ascontiguousarray(w.T, dtype=np.float32)  # (D, d)
+        m = ys.shape[1]
+        cols = max(1, min(m, _RFF_CHUNK // n_feat))
+        ph, work = np.empty((n_feat, cols), np.float32), np.empty((n_feat, cols), np.float32)
+        out = np.zeros((len(ys), 2 * n_feat))
+        for i, y in enumerate(ys):
+            y_t = np.ascontiguousarray(y.T, dtype=np.float32)  # (d, m)
+            emb = out[i]
+            for start in range(0, m, cols):
+                seg = y_t[:, start : start + cols]
+                p, o = ph[:, : seg.shape[1]], work[:, : seg.shape[1]]
+                _phase(w_t, seg, out=p)
+                emb[:n_feat] += np.cos(p, out=o).sum(1)
+                emb[n_feat:] += np.sin(p, out=o).sum(1)
+        return out / (m * math.sqrt(n_feat))
 
-        def rho(batch: Batch) -> NDArray[np.float64]:
-            # The simulated side is a fixed function of public data (a query of the SVT), so it
-            # may be computed in float32: SIMD sin/cos are ~20x faster than float64, and rounding
-            # (~1e-7) changes the query, not its sensitivity to the private data. Features are
-            # laid out (D, rows) so the sums run along contiguous rows (pairwise, accurate).
-            ys = _rows(batch)
-            m = ys.shape[1]
-            cols = max(1, min(m, _RFF_CHUNK // n_feat))
-            ph, work = np.empty((n_feat, cols), np.float32), np.empty((n_feat, cols), np.float32)
-            out = np.empty(len(ys))
-            for i, y in enumerate(ys):
-                y_t = np.ascontiguousarray(y.T, dtype=np.float32)  # (d, m)
-                emb = np.zeros(2 * n_feat)
-                for start in range(0, m, cols):
-                    seg = y_t[:, start : start + cols]
-                    p, o = ph[:, : seg.shape[1]], work[:, : seg.shape[1]]
-                    _phase(w_t, seg, out=p)
-                    emb[:n_feat] += np.cos(p, out=o).sum(1)
-                    emb[n_feat:] += np.sin(p, out=o).sum(1)
-                emb /= m * math.sqrt(n_feat)
-                out[i] = float(np.linalg.norm(mu_x - emb))
-            return out
-
-        return rho
+    def compare(self, private: NDArray, embedded: NDArray) -> NDArray[np.float64]:
+        return np.linalg.norm(np.asarray(private)[None, :] - embedded, axis=1)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -309,34 +350,56 @@ class SummaryDistance(Distance):
         scale = float(np.max(np.abs(self.weights))) if self.weights is not None else 1.0
         return min(self.clip, 2.0 * self.row_bound * scale / n)
 
-    def _summary(self, data: NDArray) -> NDArray[np.float64]:
+    def _clipped_rows(self, data: NDArray) -> NDArray[np.float64]:
+        """Per-row statistic vectors rescaled to L2 norm at most ``row_bound``: (rows, k)."""
         stat = np.asarray(self.statistic(data), dtype=np.float64)
-        if self.row_bound is not None:
-            if stat.ndim == 1:
-                stat = stat[:, None]
-            if stat.ndim != 2 or stat.shape[0] != len(data):
-                raise ValueError(
-                    f"With `row_bound`, `statistic` must return one vector per row, shape "
-                    f"({len(data)}, k); got {stat.shape}."
-                )
-            norms = np.linalg.norm(stat, axis=1, keepdims=True)
-            stat = stat * np.minimum(1.0, self.row_bound / np.maximum(norms, 1e-300))
-            stat = stat.mean(0)
+        if stat.ndim == 1:
+            stat = stat[:, None]
+        if stat.ndim != 2 or stat.shape[0] != len(data):
+            raise ValueError(
+                f"With `row_bound`, `statistic` must return one vector per row, shape "
+                f"({len(data)}, k); got {stat.shape}."
+            )
+        if not np.all(np.isfinite(stat)):
+            raise ValueError("`statistic` returned NaN or inf")
+        norms = np.linalg.norm(stat, axis=1, keepdims=True)
+        return stat * np.minimum(1.0, self.row_bound / np.maximum(norms, 1e-300))
+
+    def _weighted(self, stat: NDArray[np.float64]) -> NDArray[np.float64]:
         stat = stat.ravel()
         if not np.all(np.isfinite(stat)):
             raise ValueError("`statistic` returned NaN or inf")
         return stat * self.weights if self.weights is not None else stat
 
+    def _summary(self, data: NDArray) -> NDArray[np.float64]:
+        if self.row_bound is not None:
+            return self._weighted(self._clipped_rows(data).mean(0))
+        return self._weighted(np.asarray(self.statistic(data), dtype=np.float64))
+
+    @property
+    def row_summable(self) -> bool:  # per-row mode: a mean of clipped per-row vectors
+        return self.row_bound is not None
+
     def against(self, observed: NDArray) -> DistanceFn:
+        if self.row_summable:
+            return super().against(observed)
         s_obs = self._summary(np.asarray(observed))
+        return lambda batch: self.compare(s_obs, self.embed(batch))
 
-        def rho(batch: Batch) -> NDArray[np.float64]:
-            out = np.empty(len(batch))
-            for i, y in enumerate(batch):
-                out[i] = min(float(np.linalg.norm(s_obs - self._summary(y))), self.clip)
-            return out
+    def observed_sum(self, rows: NDArray) -> NDArray[np.float64]:
+        return self._clipped_rows(np.asarray(rows)).sum(0)
 
-        return rho
+    def finish(self, total: NDArray, n: int) -> NDArray[np.float64]:
+        return self._weighted(np.asarray(total, dtype=np.float64) / n)
+
+    def embed(self, batch: Batch) -> NDArray[np.float64]:
+        return np.stack([self._summary(y) for y in batch]) if len(batch) else np.zeros((0, 0))
+
+    def compare(self, private: NDArray, embedded: NDArray) -> NDArray[np.float64]:
+        if not len(embedded):
+            return np.zeros(0)
+        dist = np.linalg.norm(np.asarray(private)[None, :] - embedded, axis=1)
+        return np.minimum(dist, self.clip)
 
     def describe(self) -> dict[str, Any]:
         mode = (

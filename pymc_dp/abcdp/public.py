@@ -24,32 +24,56 @@ from pytensor.tensor.type_other import NoneTypeT
 
 from pymc_dp.graph import analyse_simulator
 
-__all__ = ["SimulatorModel", "PriorSampler", "simulator_model", "simulate"]
+__all__ = ["PriorSampler", "Simulation", "SimulatorModel", "simulate", "simulator_model"]
 
 
 @dataclass(frozen=True)
 class SimulatorModel:
     """What ABCDP needs from a PyMC model whose likelihood is one ``pm.Simulator``.
 
-    ``observed`` is the private data: it is only ever handed to a distance's ``against``.
+    ``observed`` is the private data: it is only ever handed to a distance. It is None when the
+    rows are held in a Dask cluster; ``shape`` is then the bound rows' shape (n is public), and
+    ``fixed_size`` the simulator's ``size`` for that shape.
     """
 
     model: Model
     name: str
     op: SimulatorRV
-    observed: NDArray[np.float64]
+    observed: NDArray[np.float64] | None
     params: tuple[Variable, ...]
     size: Variable | None
     var_names: tuple[str, ...]
     var_outputs: tuple[Variable, ...]
+    shape: tuple[int, ...] = ()
+    fixed_size: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.shape and self.observed is not None:
+            object.__setattr__(self, "shape", tuple(self.observed.shape))
 
     @property
     def n(self) -> int:
-        return int(self.observed.shape[0])
+        return int(self.shape[0])
 
     @property
     def row_size(self) -> int:
-        return int(np.prod(self.observed.shape[1:], dtype=int))
+        return int(np.prod(self.shape[1:], dtype=int))
+
+    @property
+    def simulation(self) -> Simulation:
+        """The public part a worker needs to run the simulator."""
+        return Simulation(self.name, self.op, self.shape, len(self.params), self.fixed_size)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The simulator function and the shape of one simulated data set (public, picklable)."""
+
+    name: str
+    op: SimulatorRV
+    shape: tuple[int, ...]
+    n_params: int
+    fixed_size: tuple[int, ...] | None = None
 
 
 def _data_value(var: Variable) -> np.ndarray:
@@ -170,7 +194,7 @@ class PriorSampler:
 
 
 def simulate(
-    spec: SimulatorModel,
+    spec: SimulatorModel | Simulation,
     params: list[tuple[NDArray, ...]],
     size: tuple | None,
     rng: np.random.Generator,
@@ -184,28 +208,31 @@ def simulate(
     ``size = (k, *size)``, so a function written with NumPy broadcasting (e.g.
     ``rng.normal(mu, sigma, size=size)``) works unchanged.
     """
-    shape = spec.observed.shape
+    sim = spec.simulation if isinstance(spec, SimulatorModel) else spec
+    shape = sim.shape
+    if sim.fixed_size is not None:
+        size = sim.fixed_size
     k = len(params)
     if vectorized:
-        stacked = [np.stack([p[j] for p in params]) for j in range(len(spec.params))]
-        base = size if size is not None else shape[: len(shape) - spec.op.ndim_supp]
-        out = np.asarray(spec.op.rng_fn(rng, *stacked, (k, *base)), dtype=np.float64)
+        stacked = [np.stack([p[j] for p in params]) for j in range(sim.n_params)]
+        base = size if size is not None else shape[: len(shape) - sim.op.ndim_supp]
+        out = np.asarray(sim.op.rng_fn(rng, *stacked, (k, *base)), dtype=np.float64)
         if out.shape != (k, *shape):
             raise ValueError(
-                f"The simulator of `{spec.name}` returned shape {out.shape} for a batch of {k} "
+                f"The simulator of `{sim.name}` returned shape {out.shape} for a batch of {k} "
                 f"(expected {(k, *shape)}). With `vectorized=True` it must broadcast a leading "
                 "batch axis of every input against size=(k, ...); otherwise use vectorized=False."
             )
     else:
         out = np.empty((k, *shape))
         for t, p in enumerate(params):
-            y = np.asarray(spec.op.rng_fn(rng, *p, size), dtype=np.float64)
+            y = np.asarray(sim.op.rng_fn(rng, *p, size), dtype=np.float64)
             if y.shape != shape:
                 raise ValueError(
-                    f"The simulator of `{spec.name}` returned shape {y.shape}; the observed data "
+                    f"The simulator of `{sim.name}` returned shape {y.shape}; the observed data "
                     f"has shape {shape}."
                 )
             out[t] = y
     if not np.all(np.isfinite(out)):
-        raise ValueError(f"The simulator of `{spec.name}` returned NaN or inf.")
+        raise ValueError(f"The simulator of `{sim.name}` returned NaN or inf.")
     return out

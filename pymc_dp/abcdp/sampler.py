@@ -9,17 +9,31 @@ batches; a private stage runs the sparse vector technique on ``rho(Y*, Y_t)`` an
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import arviz_base
 import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
 from numpy.typing import NDArray
 from pymc.model import Model, modelcontext
 from pymc.progress_bar import create_simple_progress, default_progress_theme
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
 from xarray import DataTree
 
 from pymc_dp.abcdp.distances import MMD, Distance
-from pymc_dp.abcdp.public import PriorSampler, SimulatorModel, simulate, simulator_model
+from pymc_dp.abcdp.public import (
+    PriorSampler,
+    Simulation,
+    SimulatorModel,
+    simulate,
+    simulator_model,
+)
 from pymc_dp.abcdp.svt import SparseVector, noise_scale
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
@@ -30,6 +44,8 @@ __all__ = ["prior_predictive_distances", "sample_abcdp", "sample_abc_nonprivate"
 # Independent public streams spawned from ``random_seed``: the proposals do not depend on whether
 # the bandwidth was given. The privacy noise is secret (pymc_dp.noise).
 _PRIOR, _SIMULATOR, _PILOT_PRIOR, _PILOT_SIMULATOR, _DISTANCE = range(5)
+# Rows kept per pilot data set: what the median heuristic reads (its max_rows).
+_PILOT_ROWS = 200
 
 
 def sample_abcdp(
@@ -46,6 +62,8 @@ def sample_abcdp(
     random_seed: Any = None,
     noise_seed: int | None = None,
     progressbar: bool = True,
+    data: Any = None,
+    client: Any = None,
 ) -> DataTree:
     """Draw differentially private posterior samples of a ``pm.Simulator`` model (ABCDP).
 
@@ -99,6 +117,17 @@ def sample_abcdp(
         nobody can reproduce; a seed (tests, reproducible research) is recorded in the ledger.
     progressbar : bool, default True
         Show a progress bar over the proposals (the simulation is the long part).
+    data : array, Dask collection or dict, optional
+        The private rows, bound to the ``pm.Data`` container the simulator observes (the model
+        then holds a small placeholder of the right trailing shape): an array or Dask
+        array / DataFrame column, or ``{container name: rows}`` as for :func:`pymc_dp.sample`.
+        NumPy rows are set into the model. Rows in a Dask collection stay on the workers: the
+        private embedding (MMD with random features, or a per-row :class:`SummaryDistance`)
+        is a sum over rows, computed per partition and added on the driver, and the public
+        simulations run as tasks on the cluster, several batches at a time. The result equals
+        the in-memory run with the same seeds up to the rounding of the summation order.
+    client : distributed.Client, optional
+        The cluster for Dask rows (default: the current client).
 
     Returns
     -------
@@ -125,6 +154,7 @@ def sample_abcdp(
     """
     epsilon = check_epsilon(epsilon)
     spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
+    spec, rows, client = _bind(spec, distance, data, client)
     sensitivity = distance.sensitivity(spec.n)
     b = noise_scale(epsilon, args["n_accept"], sensitivity, bool(resample))
     mechanism = (
@@ -139,11 +169,23 @@ def sample_abcdp(
         delta=0.0,
         target_epsilon=epsilon,
         noise_seeded=noise_seed is not None,
+        data_location="in memory" if rows is None else _location(rows, client),
     )
     attrs = {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
     noise = _noise_streams(noise_seed)
     return _run(
-        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar, noise
+        spec,
+        distance,
+        b,
+        bool(resample),
+        args,
+        attrs,
+        vectorized,
+        random_seed,
+        progressbar,
+        noise,
+        rows,
+        client,
     )
 
 
@@ -164,6 +206,8 @@ def sample_abc_nonprivate(
     batch_size: int = 100,
     random_seed: Any = None,
     progressbar: bool = True,
+    data: Any = None,
+    client: Any = None,
 ) -> DataTree:
     """Rejection ABC with the same proposals and stopping rule as :func:`sample_abcdp`, NO privacy.
 
@@ -176,6 +220,7 @@ def sample_abc_nonprivate(
     Parameters are those of :func:`sample_abcdp`.
     """
     spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
+    spec, rows, client = _bind(spec, distance, data, client)
     warnings.warn(
         "sample_abc_nonprivate is NOT differentially private: its output is an exact function of "
         "the private data. Use it for comparisons only; publish sample_abcdp results.",
@@ -188,7 +233,18 @@ def sample_abc_nonprivate(
     }
     noise = _noise_streams(0)  # unused: b = 0 draws no noise
     return _run(
-        spec, distance, 0.0, False, args, attrs, vectorized, random_seed, progressbar, noise
+        spec,
+        distance,
+        0.0,
+        False,
+        args,
+        attrs,
+        vectorized,
+        random_seed,
+        progressbar,
+        noise,
+        rows,
+        client,
     )
 
 
@@ -221,10 +277,105 @@ def _setup(
     return simulator_model(modelcontext(model)), distance, args
 
 
+def _local(fn: Callable, *args: Any) -> Any:
+    return fn(*args)
+
+
+def _remote(client: Any) -> Callable:
+    def run(fn: Callable, *args: Any) -> Any:
+        return client.submit(fn, *args, pure=False).result()
+
+    return run
+
+
+def _bind(
+    spec: SimulatorModel, distance: Distance, data: Any, client: Any
+) -> tuple[SimulatorModel, Any, Any]:
+    """Bind ``data=`` rows to the container the simulator observes: NumPy rows are set into the
+    model (and checked like any observed data); Dask rows stay on the workers."""
+    if data is None:
+        return spec, None, None
+    model = spec.model
+    value = model.rvs_to_values[model[spec.name]]
+    if not isinstance(value, SharedVariable):
+        raise ValueError(
+            f"`data` binds rows to the pm.Data container the simulator `{spec.name}` observes; "
+            f"its observed data is a constant. Write observed=pm.Data(name, placeholder)."
+        )
+    if isinstance(data, Mapping):
+        if set(data) != {value.name}:
+            raise ValueError(
+                f"`data` keys {sorted(data)} must be exactly [{value.name!r}], the pm.Data "
+                f"container the simulator `{spec.name}` observes."
+            )
+        data = data[value.name]
+    from pymc_dp.distributed import as_dask_array, is_dask, require_distributed
+
+    placeholder = value.get_value(borrow=True)
+    rows = as_dask_array(data) if is_dask(data) else np.asarray(data)
+    shape = tuple(rows.shape)
+    if len(shape) != placeholder.ndim or shape[1:] != placeholder.shape[1:]:
+        raise ValueError(
+            f"`data` has shape {shape}; the placeholder of {value.name!r} has shape "
+            f"{placeholder.shape}: rows on axis 0, the other axes must match."
+        )
+    if not is_dask(rows):
+        with model:
+            pm.set_data({value.name: rows})
+        return simulator_model(model), None, None
+    if any(not isinstance(k, int | np.integer) for k in shape):
+        raise ValueError("`data` has unknown chunk sizes: compute them first.")
+    if not distance.row_summable:
+        raise ValueError(
+            f"`distance` {type(distance).__name__} is not a sum over rows, so it cannot read rows "
+            "held in a Dask cluster: use MMD with random features (n_features) or a "
+            "SummaryDistance with row_bound."
+        )
+    distributed = require_distributed()
+    client = client or distributed.get_client()
+    return _with_rows(replace(spec, observed=None), shape), rows, client
+
+
+def _with_rows(spec: SimulatorModel, shape: tuple[int, ...]) -> SimulatorModel:
+    """The spec simulating data sets of ``shape``: the simulator's ``size`` is read from the model
+    with the observed container's rows replaced by a symbolic array of that (public) shape."""
+    size = None
+    if spec.size is not None:
+        value = spec.model.rvs_to_values[spec.model[spec.name]]
+        # an Alloc stand-in: the shape rewrites fold Shape(Alloc) to the constant shape (Alloc
+        # itself is never constant-folded, so no n-row array is made)
+        stand_in = pt.zeros(shape, dtype=value.dtype)
+        graph = graph_replace(spec.size, {value: stand_in}, strict=False)
+        graph = rewrite_graph(graph, include=("canonicalize",))
+        if not isinstance(graph, Constant):
+            raise ValueError(
+                f"The size of the simulator `{spec.name}` is not fixed by its observed rows; "
+                "bound rows need a size that follows them (leave `size` unset)."
+            )
+        size = tuple(int(s) for s in np.asarray(graph.data).ravel())
+    return replace(spec, shape=tuple(int(s) for s in shape), fixed_size=size)
+
+
+def _location(rows: Any, client: Any) -> str:
+    workers = len(client.scheduler_info()["workers"])
+    parts = rows.numblocks[0]
+    return (
+        f"dask: {parts} row partition{'s' * (parts != 1)}, simulations on {workers} "
+        f"worker{'s' * (workers != 1)} (private embedding summed per partition, noise added "
+        "once on the driver)"
+    )
+
+
 def _public_setup(
-    spec: SimulatorModel, distance: Distance, streams: list, vectorized: bool
+    spec: SimulatorModel,
+    distance: Distance,
+    streams: list,
+    vectorized: bool,
+    run: Callable = lambda fn, *args: fn(*args),
 ) -> tuple[PriorSampler, Distance]:
-    """Compile the prior sampler and fix the distance's tuning from pilot simulations."""
+    """Compile the prior sampler and fix the distance's tuning from pilot simulations.
+
+    ``run(fn, *args)`` calls ``fn``: here, or as a task on a Dask cluster."""
     seed = int(streams[_PRIOR].integers(2**63))
     pilot_seed = int(streams[_PILOT_PRIOR].integers(2**63))
     prior = PriorSampler(spec, seed)
@@ -232,11 +383,48 @@ def _public_setup(
     def pilot(k: int) -> NDArray[np.float64]:
         prior.reseed(pilot_seed)
         _, params, size = prior.draw(k)
-        out = simulate(spec, params, size, streams[_PILOT_SIMULATOR], vectorized)
+        sim_rng, rows_rng = streams[_PILOT_SIMULATOR].spawn(2)
+        out = run(_pilot_rows, spec.simulation, params, size, sim_rng, rows_rng, vectorized)
         prior.reseed(seed)  # back to the start of the proposal stream
         return out
 
     return prior, distance.prepare(pilot, spec.row_size, streams[_DISTANCE])
+
+
+def _pilot_rows(
+    sim: Simulation,
+    params: list,
+    size: tuple | None,
+    rng: np.random.Generator,
+    rows_rng: np.random.Generator,
+    vectorized: bool,
+    max_rows: int = _PILOT_ROWS,
+) -> NDArray[np.float64]:
+    """Pilot data sets, each cut to ``max_rows`` random rows (all a median heuristic reads), so
+    a pilot of data sets with 1e8 rows returns kilobytes. One data set at a time unless
+    vectorized."""
+    batches = [params] if vectorized else [[p] for p in params]
+    out = []
+    for batch in batches:
+        for y in simulate(sim, batch, size, rng, vectorized):
+            keep = min(max_rows, len(y))
+            out.append(y[np.sort(rows_rng.choice(len(y), size=keep, replace=False))])
+    return np.stack(out)
+
+
+def _simulate_embed(
+    sim: Simulation,
+    distance: Distance,
+    params: list,
+    size: tuple | None,
+    rng: np.random.Generator,
+    vectorized: bool,
+) -> NDArray[np.float64]:
+    """Public embeddings (k, m) of one batch of simulated data sets (a task on a worker); one data
+    set at a time unless vectorized, with the same draws as one call for the batch."""
+    if vectorized:
+        return distance.embed(simulate(sim, params, size, rng, True))
+    return np.concatenate([distance.embed(simulate(sim, [p], size, rng, False)) for p in params])
 
 
 def prior_predictive_distances(
@@ -246,6 +434,7 @@ def prior_predictive_distances(
     n_pairs: int = 200,
     vectorized: bool = False,
     random_seed: Any = None,
+    n_rows: int | None = None,
 ) -> NDArray[np.float64]:
     """Distances between independent prior-predictive data sets, to choose ``threshold``.
 
@@ -253,7 +442,8 @@ def prior_predictive_distances(
     result can set ABCDP's ``threshold`` without spending privacy. The distance is prepared as
     :func:`sample_abcdp` prepares it with the same ``random_seed`` (same bandwidth and random
     features). A low quantile is a threshold that a data set typical of the prior would pass
-    that often.
+    that often. ``n_rows`` simulates data sets of that many rows (public), for a model that holds
+    a placeholder for rows bound later with ``sample_abcdp(data=)``.
 
     Returns
     -------
@@ -262,10 +452,13 @@ def prior_predictive_distances(
     """
     n_pairs = check_count(n_pairs, "n_pairs", minimum=1)
     spec, distance, _ = _setup(model, 1.0, 1, 1, distance, 1)
+    if n_rows is not None:
+        n_rows = check_count(n_rows, "n_rows", minimum=1)
+        spec = _with_rows(spec, (n_rows, *spec.shape[1:]))
     streams = np.random.default_rng(random_seed).spawn(5)
     prior, distance = _public_setup(spec, distance, streams, vectorized)
     _, params, size = prior.draw(2 * n_pairs)
-    ys = simulate(spec, params, size, streams[_SIMULATOR], vectorized)
+    ys = simulate(spec, params, size, streams[_SIMULATOR].spawn(1)[0], vectorized)
     return np.array(
         [distance.against(ys[2 * i])(ys[2 * i + 1 : 2 * i + 2])[0] for i in range(n_pairs)]
     )
@@ -282,29 +475,52 @@ def _run(
     random_seed: Any,
     progressbar: bool,
     noise: tuple[np.random.Generator, np.random.Generator],
+    rows: Any = None,
+    client: Any = None,
 ) -> DataTree:
     streams = np.random.default_rng(random_seed).spawn(5)
-    prior, distance = _public_setup(spec, distance, streams, vectorized)
+    run = _local if client is None else _remote(client)
+    prior, distance = _public_setup(spec, distance, streams, vectorized, run)
     c, total, batch = args["n_accept"], args["n_proposals"], args["batch_size"]
     svt = SparseVector(args["threshold"], b, c, resample, *noise)
-    rho = distance.against(spec.observed)  # the only reader of the private data
+    sim = spec.simulation
+
+    def jobs():
+        # every batch simulates with a generator of its own, spawned in order, so a batch gives
+        # the same data sets wherever and whenever it runs
+        for start in range(0, total, batch):
+            values, params, size = prior.draw(min(batch, total - start))
+            yield values, (sim, distance, params, size, streams[_SIMULATOR].spawn(1)[0])
+
+    if rows is None:
+        rho = distance.against(spec.observed)  # the only reader of the private data
+        tasks = ((values, rho(simulate(sim, *job[2:], vectorized))) for values, job in jobs())
+        batches = tasks
+    else:
+        from pymc_dp.distributed import private_embedding, stream_tasks
+
+        private = private_embedding(distance, rows, spec.name)  # the only reader of the rows
+        window = 2 * max(1, len(client.scheduler_info()["workers"]))
+        jobs_ = ((values, (*job, vectorized)) for values, job in jobs())
+        tasks = stream_tasks(client, _simulate_embed, jobs_, window)
+        batches = ((values, distance.compare(private, emb)) for values, emb in tasks)
     accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
     shapes: dict[str, tuple[int, ...]] = {}
     drawn = 0
     progress = create_simple_progress(progressbar, default_progress_theme)
     with progress:  # the null backend's __enter__ returns None, so keep the object
         task = progress.add_task("ABC proposals", completed=0, total=total)
-        while drawn < total and not svt.done:
-            k = min(batch, total - drawn)
-            values, params, size = prior.draw(k)
-            ys = simulate(spec, params, size, streams[_SIMULATOR], vectorized)
-            idx = svt.offer(rho(ys))
+        for values, distances in batches:
+            idx = svt.offer(distances)
             for name, v in values.items():
                 shapes[name] = v.shape[1:]
                 accepted[name].extend(v[idx])
-            drawn += k
+            drawn += len(distances)
             progress.update(task, refresh=True, completed=drawn)
-    del rho  # drop the private embedding with the closure
+            if svt.done:
+                break
+    tasks.close()  # cancels the simulations still queued on a cluster
+    del batches, tasks  # drop the private embedding with the closures
 
     n_acc = svt.n_accepted
     # "Proposals used" is where the SVT stopped: the position of its c-th "accept", a function
