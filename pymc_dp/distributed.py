@@ -8,12 +8,15 @@ the clipped sum over all n rows is exactly the sum of the clipped sums over any 
 rows. Each worker holds its partitions in memory with the compiled per-row kernels of
 :class:`~pymc_dp.likelihood.PerRowLikelihood` (one :class:`RowShard` actor per worker); each
 iteration the driver sends the parameters, gathers one number (or one d-vector) per worker, adds
-them, and the step adds the noise once, centrally, exactly as in memory. The minibatch steps draw
-their batch on the driver, with the same secret generator and the same draws as in memory (O(b)
-per iteration, never O(n)); each worker sums its rows of it. The rows never reach the driver.
+them, and the step adds the noise once, centrally, exactly as in memory. A Poisson minibatch is
+local: the driver sends the batch's secret key and each worker draws which of its rows are in
+it (:class:`~pymc_dp.step_methods.minibatch.PoissonBatch`: the same inclusions as in memory). A
+fixed-size batch is drawn on the driver with the same secret generator as in memory (O(b) per
+iteration, never O(n)) and each worker sums its rows of it. The rows never reach the driver.
 With the same seeds the draws equal those of the in-memory run up to the rounding of the
 summation order. :func:`map_reduce_statistic` does the same for the noisy sufficient statistics
-of :func:`pymc_dp.expfam.release`.
+of :func:`pymc_dp.expfam.release`, and :func:`private_embedding` for ABCDP's distance, whose
+public simulations run as tasks (:func:`stream_tasks`).
 
 How the user says it: the model holds ``pm.Data`` containers with small placeholder arrays of the
 right trailing shape (at least ``batch_size`` rows for a minibatch step, which checks it when
@@ -91,6 +94,9 @@ class RowShard:
         For each name, the worker's partitions (row blocks), concatenated in the given order.
     likelihood_kwargs : dict
         ``row_dim``, ``row_axes``, ``public`` and ``compile_kwargs`` of the step.
+    ranges : sequence of (int, int)
+        The global rows ``[start, stop)`` of each partition, in the same order (Poisson batches
+        are drawn here, for these rows).
     """
 
     def __init__(
@@ -99,6 +105,7 @@ class RowShard:
         names: Sequence[str],
         blocks: Sequence[Sequence[np.ndarray]],
         likelihood_kwargs: Mapping,
+        ranges: Sequence[tuple[int, int]] = (),
     ) -> None:
         import cloudpickle
 
@@ -111,6 +118,7 @@ class RowShard:
             pm.set_data(data)
         self.likelihood = PerRowLikelihood(model, **dict(likelihood_kwargs))
         self.n_rows = self.likelihood.n_rows
+        self._ranges = [(int(a), int(b)) for a, b in ranges]
 
     def rows(self) -> int:
         return self.n_rows
@@ -127,6 +135,20 @@ class RowShard:
         """Clipped ratio sum and sum of squares over this worker's rows ``idx`` (local)."""
         out = self.likelihood.ratio_kernel(batch=True, squares=True)(q_new, q_old, bound, idx)
         return float(out[0]), float(out[2])
+
+    def poisson_ratio(
+        self, q_new: np.ndarray, q_old: np.ndarray, bound: np.ndarray, batch
+    ) -> tuple[float, float]:
+        """:meth:`batch_ratio` over this worker's members of a Poisson batch, drawn here from
+        its key (the same inclusions the driver would draw; the batch never travels)."""
+        local, offset = [], 0
+        for start, stop in self._ranges:
+            local.append(batch.rows(start, stop) - start + offset)
+            offset += stop - start
+        idx = np.concatenate(local) if local else np.zeros(0, dtype=np.int64)
+        if not idx.size:
+            return 0.0, 0.0
+        return self.batch_ratio(q_new, q_old, bound, idx)
 
     def fisher(self, q: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         total, outer, _ = self.likelihood.fisher_kernel()(q, bound)
@@ -159,8 +181,10 @@ class DistributedLikelihood(PerRowLikelihood):
     Built on the model with its placeholder data (the prior, the raveling and the graph analysis
     read no rows); ``n_rows`` is the bound data's. Kernels: the clipped log-likelihood-ratio sum,
     the clipped gradient sum and the clipped Fisher sums (warm start) over all rows, and the
-    minibatch ratio sums (with squares) over a batch the driver draws with its secret generator
-    exactly as in memory, split by the worker holding each row. No exact diagnostics.
+    minibatch ratio sums (with squares). A fixed-size batch is drawn on the driver with its
+    secret generator exactly as in memory and split by the worker holding each row; a Poisson
+    batch travels as its secret key and each worker draws its own rows' inclusions (the same as
+    in memory). No exact diagnostics.
     """
 
     def __init__(self, model: Model, shards: Sequence, binding: _Binding, **kwargs) -> None:
@@ -183,20 +207,31 @@ class DistributedLikelihood(PerRowLikelihood):
                 "it again (a new run spends a new budget)."
             ) from None
 
+    def draw_batch(self, rng: np.random.Generator, b: int, sampling: str):
+        from pymc_dp.step_methods.minibatch import PoissonBatch
+
+        if sampling == "poisson":  # the key only: the workers draw their rows' inclusions
+            return PoissonBatch.draw(rng, self.n_rows, b)
+        return super().draw_batch(rng, b, sampling)
+
     def ratio_kernel(self, *, batch: bool = False, diagnostics: bool = False, squares=False):
         if diagnostics:
             raise NotImplementedError("Rows in a Dask cluster: no exact diagnostics.")
         prior = self._prior_value_fn
         if batch:
-            # the driver draws the batch with its secret generator, exactly as in memory; each
-            # worker sums its own rows of it
+            from pymc_dp.step_methods.minibatch import PoissonBatch
+
             def batch_kernel(q_new, q_old, bound, idx):
-                parts = self._binding.split(np.asarray(idx))
-                futures = [
-                    (shard.batch_ratio(q_new, q_old, bound, local) if local.size else None)
-                    for shard, local in zip(self._shards, parts, strict=True)
-                ]
-                sums = self._results("batch_ratio", [f for f in futures if f is not None])
+                if isinstance(idx, PoissonBatch):
+                    futures = [s.poisson_ratio(q_new, q_old, bound, idx) for s in self._shards]
+                    sums = self._results("poisson_ratio", futures)
+                else:  # each worker sums its own rows of the driver's batch
+                    parts = self._binding.split(np.asarray(idx))
+                    futures = [
+                        (shard.batch_ratio(q_new, q_old, bound, local) if local.size else None)
+                        for shard, local in zip(self._shards, parts, strict=True)
+                    ]
+                    sums = self._results("batch_ratio", [f for f in futures if f is not None])
                 total = sum(t for t, _ in sums)
                 out = [np.asarray(total), np.asarray(prior(q_new))]
                 if squares:
@@ -322,12 +357,14 @@ def _shards(
     actors = []
     for worker, idx in sorted(by_worker.items()):
         parts = [[blocks[k][i] for i in idx] for k in names]
+        ranges = [(int(starts[i]), int(starts[i] + sizes[i])) for i in idx]
         future = client.submit(
             RowShard,
             blob,
             names,
             parts,
             dict(likelihood_kwargs),
+            ranges,
             workers=[worker],
             allow_other_workers=False,
             actor=True,

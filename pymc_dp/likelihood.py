@@ -258,6 +258,13 @@ class PerRowLikelihood:
         return self.batch_grad_rows_fn(np.asarray(q, self._q.dtype), np.asarray(idx, np.int64))
 
     # ------------------------------------------------------------------ fused hot-path kernels
+    def draw_batch(self, rng: np.random.Generator, b: int, sampling: str):
+        """Row indices of one minibatch, drawn with the secret generator ``rng``, in the form
+        the batch kernels take (:func:`pymc_dp.step_methods.minibatch.draw_batch`)."""
+        from pymc_dp.step_methods.minibatch import draw_batch
+
+        return draw_batch(rng, self.n_rows, b, sampling)
+
     def ratio_kernel(
         self, *, batch: bool = False, diagnostics: bool = False, squares: bool = False
     ):
@@ -298,15 +305,18 @@ class PerRowLikelihood:
             extra.append(self._idx)
         else:
             comps = self._grad_components(self._rows)
-        sq = comps[0] ** 2
-        for c in comps[1:]:
-            sq = sq + c**2
+        finite, norms, scale = self._norm_scale(
+            functools.reduce(pt.add, [c**2 for c in comps]), bound
+        )
+        return [pt.switch(finite, c, 0.0) * scale for c in comps], norms, extra
+
+    def _norm_scale(self, sq: Variable, bound: Variable) -> tuple[Variable, Variable, Variable]:
+        """From the rows' squared gradient norms: which are finite, the norms (0 where not), and
+        the clipping factor ``bound / max(|g|, bound)``."""
         finite = pt.isfinite(sq)
-        comps = [pt.switch(finite, c, 0.0) for c in comps]
         norms = pt.sqrt(pt.switch(finite, sq, 0.0))
         tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
-        scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
-        return [c * scale for c in comps], norms, extra
+        return finite, norms, bound / pt.maximum(pt.maximum(norms, bound), tiny)
 
     def _clipped_gradient_sum(self, bound: Variable) -> tuple[Variable, Variable]:
         """``sum_i clip_norm(g_i, bound)`` and the row norms, over all n rows.
@@ -328,10 +338,7 @@ class PerRowLikelihood:
         sq = u**2 * functools.reduce(pt.add, [k**2 for k in ks])
         for j in others:
             sq = sq + comps[j] ** 2
-        finite = pt.isfinite(sq)
-        norms = pt.sqrt(pt.switch(finite, sq, 0.0))
-        tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
-        scale = bound / pt.maximum(pt.maximum(norms, bound), tiny)
+        finite, norms, scale = self._norm_scale(sq, bound)
         kmat = pt.stack(ks, axis=1)
         kmat = pt.switch(pt.isfinite(kmat), kmat, 0.0)
         sums = [None] * self.dim

@@ -320,21 +320,19 @@ def test_released_values_carry_no_low_order_bits():
 def test_minibatches_come_from_the_secret_noise(data, monkeypatch):
     """Subsampling amplifies privacy only if nobody knows the batches: they were drawn from the
     generator that random_seed reproduces."""
-    from pymc_dp.step_methods import minibatch_penalty
-
     X, y = data
     with pm.Model() as model:
         beta = pm.Normal("beta", 0, 2, shape=D)
         pm.Bernoulli("y", logit_p=X @ beta, observed=y)
         step = pdp.DPMinibatchPenalty(batch_size=20, llr_clip=2.0, proposal_scale=0.05, epsilon=2.0)
     used = []
-    real = minibatch_penalty.draw_batch
+    real = type(step.likelihood).draw_batch
 
-    def spy(rng, *args):
+    def spy(self, rng, *args):
         used.append(rng)
-        return real(rng, *args)
+        return real(self, rng, *args)
 
-    monkeypatch.setattr(minibatch_penalty, "draw_batch", spy)
+    monkeypatch.setattr(type(step.likelihood), "draw_batch", spy)
     _run(model, step, chains=1)
     assert used and all(rng is not step.rng for rng in used)
     assert all(rng is step._noise.generator for rng in used[-5:])

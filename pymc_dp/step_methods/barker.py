@@ -33,7 +33,7 @@ from pymc_dp.accounting.barker import barker_orders
 from pymc_dp.mechanisms import BarkerTest
 from pymc_dp.step_methods.barker_correction import load_correction
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.minibatch import check_batch, draw_batch
+from pymc_dp.step_methods.minibatch import check_batch
 from pymc_dp.step_methods.proposals import RandomWalkProposal
 
 __all__ = ["DPBarker"]
@@ -151,7 +151,7 @@ class DPBarker(DPStep):
         b = self.batch_size
         q_new, _ = self._proposal(self.rng, q)
         secret = self._noise.generator
-        idx = draw_batch(secret, self.n_rows, b, self.sampling)
+        idx = self.likelihood.draw_batch(secret, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(self.clip_bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
         scale = self.n0 / b  # n T / b

@@ -38,7 +38,7 @@ import numpy as np
 
 from pymc_dp.mechanisms import SubsampledPenaltyTest
 from pymc_dp.step_methods.base import Stat
-from pymc_dp.step_methods.minibatch import Sampling, check_batch, draw_batch
+from pymc_dp.step_methods.minibatch import Sampling, check_batch
 from pymc_dp.step_methods.penalty import PenaltyMetropolis
 from pymc_dp.step_methods.proposals import Proposal
 
@@ -178,7 +178,7 @@ class DPMinibatchPenalty(PenaltyMetropolis):
 
     def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         b, rate = self.batch_size, self.batch_size / self.n_rows
-        idx = draw_batch(self._noise.generator, self.n_rows, b, self.sampling)
+        idx = self.likelihood.draw_batch(self._noise.generator, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
         lam, var_b = batch_release(total, squares, b, self.tempering / rate, rate, self.sampling)
