@@ -242,8 +242,14 @@ class MMD(Distance):
         # ||phi(x) - phi(x')|| <= 2 with ||phi|| = 1 to double precision, so the computed rho
         # keeps Delta = 2 / n. (The 1 / sqrt(D) of phi is applied in finish().)
         x = _rows(rows, leading=0)
-        phase = x @ self._frequencies(x.shape[1])
-        return np.concatenate([np.cos(phase).sum(0), np.sin(phase).sum(0)])
+        w = self._frequencies(x.shape[1])
+        total = np.zeros(2 * w.shape[1])
+        step = max(1, _RFF_CHUNK // w.shape[1])  # rows per chunk: a partition of 1e7 rows
+        for start in range(0, len(x), step):  # never makes a (rows, D) array
+            phase = x[start : start + step] @ w
+            total[: w.shape[1]] += np.cos(phase).sum(0)
+            total[w.shape[1] :] += np.sin(phase).sum(0)
+        return total
 
     def finish(self, total: NDArray, n: int) -> NDArray[np.float64]:
         return np.asarray(total, dtype=np.float64) / (n * math.sqrt(self.n_features))

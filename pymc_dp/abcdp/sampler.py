@@ -371,7 +371,7 @@ def _public_setup(
     distance: Distance,
     streams: list,
     vectorized: bool,
-    run: Callable = lambda fn, *args: fn(*args),
+    run: Callable = _local,
 ) -> tuple[PriorSampler, Distance]:
     """Compile the prior sampler and fix the distance's tuning from pilot simulations.
 
@@ -492,18 +492,17 @@ def _run(
             values, params, size = prior.draw(min(batch, total - start))
             yield values, (sim, distance, params, size, streams[_SIMULATOR].spawn(1)[0])
 
+    # the private data (or its embedding) is held only by the generators, dropped below
     if rows is None:
-        rho = distance.against(spec.observed)  # the only reader of the private data
-        tasks = ((values, rho(simulate(sim, *job[2:], vectorized))) for values, job in jobs())
+        tasks = _in_memory(distance.against(spec.observed), jobs(), vectorized)
         batches = tasks
     else:
         from pymc_dp.distributed import private_embedding, stream_tasks
 
-        private = private_embedding(distance, rows, spec.name)  # the only reader of the rows
         window = 2 * max(1, len(client.scheduler_info()["workers"]))
         jobs_ = ((values, (*job, vectorized)) for values, job in jobs())
         tasks = stream_tasks(client, _simulate_embed, jobs_, window)
-        batches = ((values, distance.compare(private, emb)) for values, emb in tasks)
+        batches = _compared(private_embedding(distance, rows, spec.name), distance, tasks)
     accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
     shapes: dict[str, tuple[int, ...]] = {}
     drawn = 0
@@ -519,8 +518,9 @@ def _run(
             progress.update(task, refresh=True, completed=drawn)
             if svt.done:
                 break
+    batches.close()
     tasks.close()  # cancels the simulations still queued on a cluster
-    del batches, tasks  # drop the private embedding with the closures
+    del batches, tasks
 
     n_acc = svt.n_accepted
     # "Proposals used" is where the SVT stopped: the position of its c-th "accept", a function
@@ -545,6 +545,18 @@ def _run(
             stacklevel=3,
         )
     return _to_datatree(spec, accepted, shapes, attrs)
+
+
+def _in_memory(rho: Callable, jobs, vectorized: bool):
+    """``(values, rho(Y_t))`` per batch, simulated here."""
+    for values, (sim, _, params, size, rng) in jobs:
+        yield values, rho(simulate(sim, params, size, rng, vectorized))
+
+
+def _compared(private: NDArray, distance: Distance, embedded):
+    """``(values, rho)`` per batch from the simulated embeddings of a cluster's tasks."""
+    for values, emb in embedded:
+        yield values, distance.compare(private, emb)
 
 
 def _to_datatree(
