@@ -21,6 +21,7 @@ accountant sees):
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,6 +59,25 @@ def _subset(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
     return idx
 
 
+_local = threading.local()
+
+
+def _keyed(key: tuple[int, int], j: int) -> np.random.Generator:
+    """``Generator(Philox(key, counter=(0, 0, j, 0)))``, by resetting one Philox per thread
+    (a new one costs ~5 us, a fifth of a minibatch draw)."""
+    gen = getattr(_local, "philox", None)
+    if gen is None:
+        gen = _local.philox = np.random.Generator(np.random.Philox(0))
+    state = gen.bit_generator.state
+    state["state"] = {
+        "counter": np.array([0, 0, j, 0], dtype=np.uint64),
+        "key": np.array(key, dtype=np.uint64),
+    }
+    state.update(buffer_pos=4, has_uint32=0, uinteger=0)  # an empty buffer: fresh draws
+    gen.bit_generator.state = state
+    return gen
+
+
 @dataclass(frozen=True)
 class PoissonBatch:
     """One Poisson batch as its secret key: row i of n is in it with probability ``rate``,
@@ -70,15 +90,14 @@ class PoissonBatch:
 
     @classmethod
     def draw(cls, rng: np.random.Generator, n: int, b: int) -> PoissonBatch:
-        key = rng.integers(0, 2**64, size=2, dtype=np.uint64)
+        key = rng.bit_generator.random_raw(2)  # 128 uniform bits
         return cls((int(key[0]), int(key[1])), b / n, n)
 
     def block(self, j: int) -> np.ndarray:
         """Members of block ``j`` (global row indices, sorted)."""
         start = j * POISSON_BLOCK
         m = min(POISSON_BLOCK, self.n - start)
-        bits = np.random.Philox(key=np.asarray(self.key, dtype=np.uint64), counter=[0, 0, j, 0])
-        rng = np.random.Generator(bits)
+        rng = _keyed(self.key, j)
         return _subset(rng, m, int(rng.binomial(m, self.rate))) + start
 
     def rows(self, start: int = 0, stop: int | None = None) -> np.ndarray:
