@@ -7,7 +7,9 @@ placeholders with :func:`pymc_dp.distributed.bind_data`, and each full-data step
 iterations (``step.step`` after ``setup_chain``, as :mod:`benchmarks.samplers` times them).
 The driver's peak resident memory (``ru_maxrss``) is read after the large runs: the target is
 under 1 GiB. Then at n = 1e6 the same DPPenalty iteration in memory and on the cluster, and the
-round trip alone: one gather of a no-op from both workers' actors (target: under 5 ms).
+round trip alone: one gather of a no-op from both workers' actors (target: under 5 ms). Last,
+ABCDP on the toy mixture of Park et al. (n = 1e6 rows made on the workers): the same proposals
+simulated and embedded in one process and as tasks on the 2 workers.
 
 Run: ``python -m benchmarks.bench_dask [--n 20000000] [--iterations 200]``.
 """
@@ -26,7 +28,7 @@ import pymc_dp as pdp
 from benchmarks.timing import format_table
 from pymc_dp.distributed import bind_data
 
-__all__ = ["dask_rows", "logistic_rows", "main"]
+__all__ = ["abcdp_rows", "dask_rows", "logistic_rows", "main"]
 
 D = 10
 CHUNK = 1_000_000
@@ -135,11 +137,70 @@ def round_trip_rows(client, n: int, iterations: int) -> list[tuple]:
     ]
 
 
+def abcdp_rows(client, n: int, proposals: int) -> list[tuple]:
+    """ABCDP with ``proposals`` simulated data sets of n rows (MMD, 100 random features, batches
+    of 8), in one process and on the cluster; a threshold no data set passes, so both run all
+    proposals. Returns seconds per proposal."""
+    import dask
+    import dask.array as da
+
+    from pymc_dp.abcdp import MMD, sample_abcdp
+    from pymc_dp.abcdp.examples import TOY_THETA, mixture_simulator
+
+    blocks = 8
+    size = -(-n // blocks)
+    make = dask.delayed(mixture_simulator, pure=True)
+    rows = da.concatenate(
+        [
+            da.from_delayed(make(np.random.default_rng([5, i]), TOY_THETA, (size,)), (size,), float)
+            for i in range(blocks)
+        ]
+    )
+
+    def model(observed):
+        with pm.Model() as m:
+            theta = pm.Dirichlet("theta", a=np.ones(5))
+            pm.Simulator(
+                "y", mixture_simulator, theta, signature="(k)->()", observed=pm.Data("r", observed)
+            )
+        return m
+
+    kw = dict(
+        epsilon=1.0,
+        threshold=1e-9,
+        n_accept=1,
+        n_proposals=proposals,
+        batch_size=8,
+        distance=MMD(bandwidth=0.6, n_features=100),
+        vectorized=False,
+        random_seed=1,
+        noise_seed=2,
+        progressbar=False,
+    )
+    out = []
+    start = time.perf_counter()
+    cluster = sample_abcdp(model(np.zeros(2)), data=rows, client=client, **kw)
+    out.append(
+        (
+            f"ABCDP proposal, {len(client.scheduler_info()['workers'])} workers",
+            time.perf_counter() - start,
+        )
+    )
+    local = np.asarray(rows.compute())
+    start = time.perf_counter()
+    memory = sample_abcdp(model(local), **kw)
+    out.insert(0, ("ABCDP proposal, in memory (1 process)", time.perf_counter() - start))
+    assert cluster.attrs["abcdp_proposals_used"] == memory.attrs["abcdp_proposals_used"]
+    return [(name, f"{blocks * size:_}", 1e3 * t / proposals) for name, t in out]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_dask")
     parser.add_argument("--n", type=int, default=20_000_000, help="rows of the large runs")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--round-trip-n", type=int, default=1_000_000)
+    parser.add_argument("--abcdp-n", type=int, default=1_000_000, help="0 skips ABCDP")
+    parser.add_argument("--abcdp-proposals", type=int, default=64)
     args = parser.parse_args(argv)
     from distributed import Client, LocalCluster
 
@@ -161,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
             print(format_table(["step", "n", "ms/iter", "bind + compile s"], rows))
             print(f"driver peak resident memory after these runs: {peak:.0f} MiB (target < 1024)")
         trip = round_trip_rows(client, args.round_trip_n, args.iterations)
+        if args.abcdp_n:
+            trip += abcdp_rows(client, args.abcdp_n, args.abcdp_proposals)
         print(format_table(["what", "n", "ms"], trip))
     print(f"total {time.perf_counter() - start:.0f} s")
 
