@@ -284,6 +284,8 @@ class TestArguments:
             (dict(n_steps=2.5), "n_steps"),
             (dict(grad_clip=-1.0), "grad_clip"),
             (dict(llr_clip=0.0), "llr_clip"),
+            (dict(llr_clip=[1.0, 1.0, 1.0]), "`llr_clip` must be a scalar or have 2 entries"),
+            (dict(llr_clip=[1.0, -1.0]), "llr_clip"),
             (dict(step_jitter=1.5), "step_jitter"),
             (dict(grad_noise_ratio=0.0), "grad_noise_ratio"),
             (dict(mass_matrix=[1.0, -1.0]), "mass_matrix"),
@@ -296,6 +298,34 @@ class TestArguments:
     def test_bad_arguments(self, gaussian_model, kw, match):
         with gaussian_model, pytest.raises(ValueError, match=match):
             _hmc(**{"epsilon": 1.0, **kw})
+
+    def test_per_coordinate_llr_clip_bounds_each_move_like_dppenalty(self, gaussian_model):
+        """``glm_clip(...).llr_clip`` serves DPHMC as it serves DPPenalty: the per-row ratio
+        bound of a move is ``sum_j b_j |dq_j|``, at most ``|b|_2 |dq|_2`` (Cauchy-Schwarz)."""
+        clip = np.array([0.5, 2.0])
+        with gaussian_model:
+            step = _hmc(epsilon=4.0, llr_clip=clip)
+            scalar = _hmc(epsilon=4.0, llr_clip=float(np.linalg.norm(clip)))
+        bounds = []
+        ratio = step._ratio
+
+        def spy(q_new, q, bound):
+            bounds.append((q_new - q, float(bound)))
+            return ratio(q_new, q, bound)
+
+        step._ratio = spy
+        point = gaussian_model.initial_point()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # plain setup: "pm.sample keeps data"
+            step.setup_chain(np.random.default_rng(0), 0, 5)
+        for _ in range(5):
+            point, _ = step.step(point)
+        assert bounds
+        for moved, bound in bounds:
+            assert bound == pytest.approx(np.abs(moved) @ clip, rel=1e-12)
+            assert bound <= np.linalg.norm(clip) * np.linalg.norm(moved) * (1 + 1e-12)
+        # the noise is calibrated per unit of the bound: the same budget either way
+        assert step.mechanisms() == scalar.mechanisms()
 
     def test_dense_mass_matrix(self, gaussian_model):
         with gaussian_model:

@@ -15,7 +15,12 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.penalty import check_adapt_covariance, check_tempering
+from pymc_dp.step_methods.penalty import (
+    check_adapt_covariance,
+    check_llr_clip,
+    check_tempering,
+    clip_norm,
+)
 
 #: Acceptance the zero-tuning DPHMC adapts its step size to (the penalty on the final ratio and
 #: the gradient noise both grow with the step).
@@ -75,9 +80,11 @@ class DPHMC(DPStep):
     n_steps : int
         Number of leapfrog steps :math:`L` (default 5); each iteration makes ``L + 1`` gradient
         releases.
-    llr_clip : float
+    llr_clip : float or array (D,)
         :math:`b_l`: per-row log-likelihood ratios are clipped to
-        :math:`\pm b_l \|\theta' - \theta\|`.
+        :math:`\pm b_l \|\theta' - \theta\|`; or per-coordinate bounds :math:`b_j` (as
+        :func:`pymc_dp.glm_clip` gives them, and as :class:`DPPenalty` takes them), clipping to
+        :math:`\pm \sum_j b_j |\theta'_j - \theta_j|`.
     grad_clip : float
         :math:`b_g`: per-row gradients are clipped to L2 norm :math:`b_g`.
     mass_matrix : float, array (D,) or array (D, D), optional
@@ -145,7 +152,7 @@ class DPHMC(DPStep):
         self,
         vars: Sequence | None = None,
         *,
-        llr_clip: float,
+        llr_clip: float | np.ndarray,
         grad_clip: float,
         step_size: float | None = None,
         n_steps: int = 5,
@@ -160,7 +167,7 @@ class DPHMC(DPStep):
         self._auto = step_size is None
         self.adapt_covariance = check_adapt_covariance(adapt_covariance, self._auto, "step_size")
         self.step_size = 0.3 if self._auto else check_positive(step_size, "step_size")
-        self.llr_clip = check_positive(llr_clip, "llr_clip")
+        self.llr_clip = check_llr_clip(llr_clip)
         self.grad_clip = check_positive(grad_clip, "grad_clip")
         self.grad_noise_ratio = check_positive(grad_noise_ratio, "grad_noise_ratio")
         self.max_energy_error = check_positive(max_energy_error, "max_energy_error")
@@ -172,6 +179,7 @@ class DPHMC(DPStep):
         if self._auto and mass_matrix is not None:
             raise ValueError("Give `mass_matrix` with `step_size`, or neither (zero tuning).")
         super().__init__(vars, **kwargs)
+        check_llr_clip(self.llr_clip, self.likelihood.dim)
         self.potential = mass_matrix_potential(mass_matrix, self.likelihood.dim)
         self._test, self._gradient = self.mechanisms()
         self._ratio = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
@@ -244,7 +252,7 @@ class DPHMC(DPStep):
         q_next, accepted = q, False
         if finite:
             moved = (q_new - q) * self._active  # prior-only coordinates leave the likelihood
-            bound = self.llr_clip * float(np.sqrt(moved @ moved))
+            bound = clip_norm(self.llr_clip, moved)
             out = self._ratio(q_new, q, np.asarray(bound))
             t = self.tempering
             prior_new = float(out[1])

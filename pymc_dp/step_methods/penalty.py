@@ -41,6 +41,30 @@ def check_adapt_covariance(value: bool | None, auto: bool, fixed: str) -> bool:
     return bool(value)
 
 
+def check_llr_clip(llr_clip, dim: int | None = None) -> float | np.ndarray:
+    """``llr_clip`` as a positive float, or a finite positive vector with ``dim`` entries."""
+    if not np.ndim(llr_clip):
+        return check_positive(llr_clip, "llr_clip")
+    clip = np.asarray(llr_clip, dtype=float)
+    if not np.all(np.isfinite(clip) & (clip > 0)):
+        raise ValueError(f"`llr_clip` must be finite and > 0, got {llr_clip}")
+    if dim is not None and clip.shape != (dim,):
+        raise ValueError(
+            f"`llr_clip` must be a scalar or have {dim} entries (one per raveled coordinate), "
+            f"got shape {clip.shape}"
+        )
+    return clip
+
+
+def clip_norm(llr_clip: float | np.ndarray, step: np.ndarray) -> float:
+    """Bound on one row's ``|l_i(q + step) - l_i(q)|``: ``b |step|_2`` (scalar ``llr_clip``) or
+    ``sum_j b_j |step_j|`` (per-coordinate bounds, e.g. bounded covariates of a GLM; at most
+    ``|b|_2 |step|_2`` by Cauchy-Schwarz, and much less for moves along few coordinates)."""
+    if np.ndim(llr_clip):
+        return float(np.abs(step) @ llr_clip)
+    return llr_clip * float(np.sqrt(step @ step))
+
+
 def check_tempering(tempering: float) -> float:
     t = check_positive(tempering, "tempering")
     if t > 1:
@@ -91,24 +115,14 @@ class PenaltyMetropolis(DPStep):
         adapt_covariance: bool | None = None,
         **kwargs,
     ) -> None:
-        clip = np.asarray(llr_clip, dtype=float) if np.ndim(llr_clip) else None
-        if clip is None:
-            self.llr_clip = check_positive(llr_clip, "llr_clip")
-        elif not np.all(np.isfinite(clip) & (clip > 0)):
-            raise ValueError(f"`llr_clip` must be finite and > 0, got {llr_clip}")
-        else:
-            self.llr_clip = clip
+        self.llr_clip = check_llr_clip(llr_clip)
         self.tempering = check_tempering(tempering)
         self._auto = proposal_scale is None
         self.adapt_covariance = check_adapt_covariance(
             adapt_covariance, self._auto, "proposal_scale"
         )
         super().__init__(vars, **kwargs)
-        if clip is not None and clip.shape != (self.likelihood.dim,):
-            raise ValueError(
-                f"`llr_clip` must be a scalar or have {self.likelihood.dim} entries (one per "
-                f"raveled coordinate), got shape {clip.shape}"
-            )
+        check_llr_clip(self.llr_clip, self.likelihood.dim)
         dim = self.likelihood.dim
         if self._auto:
             self._proposal = PreconditionedProposal(np.eye(dim), proposal, active=self._active)
@@ -151,10 +165,7 @@ class PenaltyMetropolis(DPStep):
         """Bound on one row's |log-likelihood ratio| for this step: ``b |step|_2`` (scalar
         ``llr_clip``) or ``sum_j b_j |step_j|`` (per-coordinate bounds, e.g. bounded covariates
         of a GLM, which one-coordinate moves exploit)."""
-        step = step * self._active  # prior-only coordinates do not change the likelihood
-        if np.ndim(self.llr_clip):
-            return float(np.abs(step) @ self.llr_clip)
-        return self.llr_clip * float(np.sqrt(step @ step))
+        return clip_norm(self.llr_clip, step * self._active)  # prior-only: no likelihood
 
     def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         """``(value to release, log prior(q_new), sensitivity, clip fraction or None)`` for
