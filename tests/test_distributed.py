@@ -480,13 +480,21 @@ def test_abcdp_of_dask_rows_refuses_what_it_cannot_do(client, abc_rows):
         pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=bad, **kw)
 
 
-def test_prior_predictive_distances_for_rows_bound_later(abc_rows):
-    """A placeholder model simulates data sets of ``n_rows`` rows, as the bound model does."""
+def test_prior_predictive_distances_for_rows_bound_later(client, abc_rows):
+    """A placeholder model simulates data sets of ``n_rows`` rows, as the bound model does; on
+    a cluster the pairs (and the pilot of the median heuristic) give the same distances."""
     y, _ = abc_rows
     kw = dict(distance=pdp.abcdp.MMD(n_features=30), n_pairs=20, vectorized=True, random_seed=2)
     full = pdp.abcdp.prior_predictive_distances(_abc_model(y), **kw)
     later = pdp.abcdp.prior_predictive_distances(_abc_model(np.zeros(2)), n_rows=ABC_N, **kw)
     np.testing.assert_array_equal(later, full)
+    kw["vectorized"] = False
+    local = pdp.abcdp.prior_predictive_distances(_abc_model(y), **kw)
+    tasks = pdp.abcdp.prior_predictive_distances(
+        _abc_model(np.zeros(2)), n_rows=ABC_N, client=client, **kw
+    )
+    np.testing.assert_array_equal(tasks, local)
+    assert np.all(local > 0)
     small = pdp.abcdp.prior_predictive_distances(_abc_model(np.zeros(2)), **kw)
     assert np.median(small) > 2 * np.median(full)  # 2-row data sets are far apart
 

@@ -435,6 +435,7 @@ def prior_predictive_distances(
     vectorized: bool = False,
     random_seed: Any = None,
     n_rows: int | None = None,
+    client: Any = None,
 ) -> NDArray[np.float64]:
     """Distances between independent prior-predictive data sets, to choose ``threshold``.
 
@@ -443,7 +444,9 @@ def prior_predictive_distances(
     :func:`sample_abcdp` prepares it with the same ``random_seed`` (same bandwidth and random
     features). A low quantile is a threshold that a data set typical of the prior would pass
     that often. ``n_rows`` simulates data sets of that many rows (public), for a model that holds
-    a placeholder for rows bound later with ``sample_abcdp(data=)``.
+    a placeholder for rows bound later with ``sample_abcdp(data=)``; with a Dask ``client`` the
+    pairs are simulated as tasks on its workers (the same values). One pair at a time: memory
+    for two data sets.
 
     Returns
     -------
@@ -456,12 +459,34 @@ def prior_predictive_distances(
         n_rows = check_count(n_rows, "n_rows", minimum=1)
         spec = _with_rows(spec, (n_rows, *spec.shape[1:]))
     streams = np.random.default_rng(random_seed).spawn(5)
-    prior, distance = _public_setup(spec, distance, streams, vectorized)
-    _, params, size = prior.draw(2 * n_pairs)
-    ys = simulate(spec, params, size, streams[_SIMULATOR].spawn(1)[0], vectorized)
-    return np.array(
-        [distance.against(ys[2 * i])(ys[2 * i + 1 : 2 * i + 2])[0] for i in range(n_pairs)]
-    )
+    run = _local if client is None else _remote(client)
+    prior, distance = _public_setup(spec, distance, streams, vectorized, run)
+    sim = spec.simulation
+
+    def jobs():  # a generator per pair, spawned in order: the same pairs wherever they run
+        for _ in range(n_pairs):
+            _, params, size = prior.draw(2)
+            yield None, (sim, distance, params, size, streams[_SIMULATOR].spawn(1)[0], vectorized)
+
+    if client is None:
+        return np.array([_pair_distance(*job) for _, job in jobs()])
+    from pymc_dp.distributed import stream_tasks
+
+    window = 2 * max(1, len(client.scheduler_info()["workers"]))
+    return np.array([rho for _, rho in stream_tasks(client, _pair_distance, jobs(), window)])
+
+
+def _pair_distance(
+    sim: Simulation,
+    distance: Distance,
+    params: list,
+    size: tuple | None,
+    rng: np.random.Generator,
+    vectorized: bool,
+) -> float:
+    """``rho`` between two simulated data sets (a task on a worker, or here)."""
+    ys = simulate(sim, params, size, rng, vectorized)
+    return float(distance.against(ys[0])(ys[1:2])[0])
 
 
 def _run(
