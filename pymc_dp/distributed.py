@@ -417,9 +417,10 @@ def bind_data(step, data: Mapping, client=None):
     return step.rebuild(likelihood=lik)
 
 
-def map_partitions(fn, data, *args) -> list:
+def map_partitions(fn, data, *args, client=None) -> list:
     """``fn(block, *args)`` for each non-empty row partition of a Dask collection, run on the
-    workers (all trailing axes in one block); the results in row order."""
+    workers of ``client`` (default: Dask's current scheduler), all trailing axes in one block;
+    the results in row order."""
     require_distributed()
     import dask
 
@@ -428,7 +429,10 @@ def map_partitions(fn, data, *args) -> list:
     blocks = [
         b for b, size in zip(array.to_delayed().ravel(), array.chunks[0], strict=True) if size != 0
     ]
-    return list(dask.compute(*[dask.delayed(fn)(b, *args) for b in blocks]))
+    tasks = [dask.delayed(fn)(b, *args) for b in blocks]
+    if client is not None:
+        return list(client.compute(tasks, sync=True))
+    return list(dask.compute(*tasks))
 
 
 def map_reduce_statistic(family, data) -> tuple[np.ndarray, int]:
@@ -451,11 +455,11 @@ def _observed_sum(block: np.ndarray, distance, name: str) -> tuple[np.ndarray, i
     return distance.observed_sum(block), len(block)
 
 
-def private_embedding(distance, data, name: str) -> np.ndarray:
+def private_embedding(distance, data, name: str, client=None) -> np.ndarray:
     """ABCDP's private embedding of rows held in a Dask collection: ``distance.observed_sum`` per
     row partition on the workers (each a sum of per-row terms of bounded norm), added here and
     finished once, so its sensitivity is that of the in-memory embedding."""
-    parts = map_partitions(_observed_sum, data, distance, name)
+    parts = map_partitions(_observed_sum, data, distance, name, client=client)
     total = np.sum([np.asarray(s) for s, _ in parts], axis=0)
     return distance.finish(total, int(sum(n for _, n in parts)))
 

@@ -463,6 +463,8 @@ def test_abcdp_of_dask_rows_refuses_what_it_cannot_do(client, abc_rows):
         pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=dy, distance=whole, **kw)
     with pytest.raises(ValueError, match=r"`data` keys \['z'\] must be exactly \['y'\]"):
         pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data={"z": dy}, **kw)
+    with pytest.raises(ValueError, match="`data` must have at least one row"):
+        pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=dy[:0], **kw)
     with pytest.raises(ValueError, match=r"`data` has shape \(2000, 1\)"):
         pdp.abcdp.sample_abcdp(_abc_model(np.zeros(2)), data=dy[:, None], **kw)
     from pymc_dp.abcdp.examples import mixture_model

@@ -325,6 +325,8 @@ def _bind(
         return simulator_model(model), None, None
     if any(not isinstance(k, int | np.integer) for k in shape):
         raise ValueError("`data` has unknown chunk sizes: compute them first.")
+    if shape[0] == 0:
+        raise ValueError("`data` must have at least one row (leading axis).")
     if not distance.row_summable:
         raise ValueError(
             f"`distance` {type(distance).__name__} is not a sum over rows, so it cannot read rows "
@@ -527,7 +529,9 @@ def _run(
         window = 2 * max(1, len(client.scheduler_info()["workers"]))
         jobs_ = ((values, (*job, vectorized)) for values, job in jobs())
         tasks = stream_tasks(client, _simulate_embed, jobs_, window)
-        batches = _compared(private_embedding(distance, rows, spec.name), distance, tasks)
+        private = private_embedding(distance, rows, spec.name, client)
+        batches = _compared(private, distance, tasks)
+        del private
     accepted: dict[str, list[NDArray]] = {name: [] for name in spec.var_names}
     shapes: dict[str, tuple[int, ...]] = {}
     drawn = 0
