@@ -52,6 +52,15 @@ __all__ = [
 ]
 
 
+# What the ledger records for rows in a cluster. No partition or worker counts: dask-expr merges
+# partitions by their (data-dependent) sizes, and where a block lands is the scheduler's choice.
+STEP_LOCATION = "dask cluster (clipped sums gathered per worker, noise added once on the driver)"
+ABCDP_LOCATION = (
+    "dask cluster (private embedding summed per partition, simulations as tasks, noise added "
+    "once on the driver)"
+)
+
+
 class WorkerLostError(RuntimeError):
     """A worker holding rows failed during a run: the run stops (no release after it is made)."""
 
@@ -371,12 +380,7 @@ def _shards(
             pure=False,
         )
         actors.append(future.result())
-    location = (
-        f"dask: {len(chunks)} row partition{'s' * (len(chunks) != 1)} held on {len(actors)} "
-        f"worker{'s' * (len(actors) != 1)} (clipped sums gathered per worker, noise added once "
-        "on the driver)"
-    )
-    return actors, _Binding(int(sizes.sum()), location, starts, owner, offset)
+    return actors, _Binding(int(sizes.sum()), STEP_LOCATION, starts, owner, offset)
 
 
 def bind_data(step, data: Mapping, client=None):

@@ -10,6 +10,7 @@ function for the prior, and calls the simulator's Python function with a NumPy G
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pymc as pm
@@ -32,8 +33,9 @@ class SimulatorModel:
     """What ABCDP needs from a PyMC model whose likelihood is one ``pm.Simulator``.
 
     ``observed`` is the private data: it is only ever handed to a distance. It is None when the
-    rows are held in a Dask cluster; ``shape`` is then the bound rows' shape (n is public), and
-    ``fixed_size`` the simulator's ``size`` for that shape.
+    rows are held in a Dask cluster: ``rows`` is then the Dask collection and ``client`` its
+    cluster, ``shape`` the bound rows' shape (n is public) and ``fixed_size`` the simulator's
+    ``size`` for that shape.
     """
 
     model: Model
@@ -46,6 +48,8 @@ class SimulatorModel:
     var_outputs: tuple[Variable, ...]
     shape: tuple[int, ...] = ()
     fixed_size: tuple[int, ...] | None = None
+    rows: Any = None
+    client: Any = None
 
     def __post_init__(self) -> None:
         if not self.shape and self.observed is not None:

@@ -154,7 +154,7 @@ def sample_abcdp(
     """
     epsilon = check_epsilon(epsilon)
     spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
-    spec, rows, client = _bind(spec, distance, data, client)
+    spec = _bind(spec, distance, data, client)
     sensitivity = distance.sensitivity(spec.n)
     b = noise_scale(epsilon, args["n_accept"], sensitivity, bool(resample))
     mechanism = (
@@ -169,23 +169,12 @@ def sample_abcdp(
         delta=0.0,
         target_epsilon=epsilon,
         noise_seeded=noise_seed is not None,
-        data_location="in memory" if rows is None else _location(rows, client),
+        data_location=_location(spec),
     )
     attrs = {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
     noise = _noise_streams(noise_seed)
     return _run(
-        spec,
-        distance,
-        b,
-        bool(resample),
-        args,
-        attrs,
-        vectorized,
-        random_seed,
-        progressbar,
-        noise,
-        rows,
-        client,
+        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar, noise
     )
 
 
@@ -220,7 +209,7 @@ def sample_abc_nonprivate(
     Parameters are those of :func:`sample_abcdp`.
     """
     spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
-    spec, rows, client = _bind(spec, distance, data, client)
+    spec = _bind(spec, distance, data, client)
     warnings.warn(
         "sample_abc_nonprivate is NOT differentially private: its output is an exact function of "
         "the private data. Use it for comparisons only; publish sample_abcdp results.",
@@ -233,18 +222,7 @@ def sample_abc_nonprivate(
     }
     noise = _noise_streams(0)  # unused: b = 0 draws no noise
     return _run(
-        spec,
-        distance,
-        0.0,
-        False,
-        args,
-        attrs,
-        vectorized,
-        random_seed,
-        progressbar,
-        noise,
-        rows,
-        client,
+        spec, distance, 0.0, False, args, attrs, vectorized, random_seed, progressbar, noise
     )
 
 
@@ -288,13 +266,11 @@ def _remote(client: Any) -> Callable:
     return run
 
 
-def _bind(
-    spec: SimulatorModel, distance: Distance, data: Any, client: Any
-) -> tuple[SimulatorModel, Any, Any]:
+def _bind(spec: SimulatorModel, distance: Distance, data: Any, client: Any) -> SimulatorModel:
     """Bind ``data=`` rows to the container the simulator observes: NumPy rows are set into the
     model (and checked like any observed data); Dask rows stay on the workers."""
     if data is None:
-        return spec, None, None
+        return spec
     model = spec.model
     value = model.rvs_to_values[model[spec.name]]
     if not isinstance(value, SharedVariable):
@@ -322,7 +298,7 @@ def _bind(
     if not is_dask(rows):
         with model:
             pm.set_data({value.name: rows})
-        return simulator_model(model), None, None
+        return simulator_model(model)
     if any(not isinstance(k, int | np.integer) for k in shape):
         raise ValueError("`data` has unknown chunk sizes: compute them first.")
     if shape[0] == 0:
@@ -335,7 +311,7 @@ def _bind(
         )
     distributed = require_distributed()
     client = client or distributed.get_client()
-    return _with_rows(replace(spec, observed=None), shape), rows, client
+    return _with_rows(replace(spec, observed=None, rows=rows, client=client), shape)
 
 
 def _with_rows(spec: SimulatorModel, shape: tuple[int, ...]) -> SimulatorModel:
@@ -358,14 +334,16 @@ def _with_rows(spec: SimulatorModel, shape: tuple[int, ...]) -> SimulatorModel:
     return replace(spec, shape=tuple(int(s) for s in shape), fixed_size=size)
 
 
-def _location(rows: Any, client: Any) -> str:
-    workers = len(client.scheduler_info()["workers"])
-    parts = rows.numblocks[0]
-    return (
-        f"dask: {parts} row partition{'s' * (parts != 1)}, simulations on {workers} "
-        f"worker{'s' * (workers != 1)} (private embedding summed per partition, noise added "
-        "once on the driver)"
-    )
+def _workers(client: Any) -> int:
+    return max(1, len(client.scheduler_info()["workers"]))
+
+
+def _location(spec: SimulatorModel) -> str:
+    if spec.rows is None:
+        return "in memory"
+    from pymc_dp.distributed import ABCDP_LOCATION
+
+    return ABCDP_LOCATION
 
 
 def _public_setup(
@@ -474,7 +452,7 @@ def prior_predictive_distances(
         return np.array([_pair_distance(*job) for _, job in jobs()])
     from pymc_dp.distributed import stream_tasks
 
-    window = 2 * max(1, len(client.scheduler_info()["workers"]))
+    window = 2 * _workers(client)  # batches in flight: every worker busy, one more queued
     return np.array([rho for _, rho in stream_tasks(client, _pair_distance, jobs(), window)])
 
 
@@ -502,10 +480,9 @@ def _run(
     random_seed: Any,
     progressbar: bool,
     noise: tuple[np.random.Generator, np.random.Generator],
-    rows: Any = None,
-    client: Any = None,
 ) -> DataTree:
     streams = np.random.default_rng(random_seed).spawn(5)
+    rows, client = spec.rows, spec.client
     run = _local if client is None else _remote(client)
     prior, distance = _public_setup(spec, distance, streams, vectorized, run)
     c, total, batch = args["n_accept"], args["n_proposals"], args["batch_size"]
@@ -526,7 +503,7 @@ def _run(
     else:
         from pymc_dp.distributed import private_embedding, stream_tasks
 
-        window = 2 * max(1, len(client.scheduler_info()["workers"]))
+        window = 2 * _workers(client)
         jobs_ = ((values, (*job, vectorized)) for values, job in jobs())
         tasks = stream_tasks(client, _simulate_embed, jobs_, window)
         private = private_embedding(distance, rows, spec.name, client)

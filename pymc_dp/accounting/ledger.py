@@ -262,8 +262,9 @@ class PrivacyLedger:
         What the run tuned and from what (released values only: post-processing, no budget);
         empty when nothing adapted.
     data_location : str
-        Where the rows were when the per-row sums were computed ("in memory", or the Dask
-        partitions and workers); the analysis is the same (noise on the exact clipped sum).
+        Where the rows were when the per-row sums were computed ("in memory", or a Dask cluster,
+        without partition or worker counts, which can depend on the data's sizes); the analysis
+        is the same (noise on the exact clipped sum).
     """
 
     sampler: str

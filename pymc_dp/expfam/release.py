@@ -232,9 +232,9 @@ def release(
     """
     epsilon = check_epsilon(epsilon)
     fam = get_family(family, bounds, trials=trials, categories=categories, sigma=sigma)
-    if hasattr(data, "__dask_graph__") or hasattr(data, "to_dask_array"):
-        from pymc_dp.distributed import map_reduce_statistic
+    from pymc_dp.distributed import is_dask, map_reduce_statistic  # imports no Dask
 
+    if is_dask(data):
         s, n = map_reduce_statistic(fam, data)  # per partition on the workers, then summed
     else:
         s, n = fam.statistic(data)
