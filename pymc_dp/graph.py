@@ -3,11 +3,16 @@
 Every DP mechanism of pymc-dp, every output filter and every refusal asks this module, and nothing
 else, which parts of a model hold private data. The rule:
 
-* **Observed values are private**, and so is every ``pm.Data`` container or non-scalar constant
-  that reaches an observed variable's log-density (covariates such as ``X`` in ``X @ beta``),
-  unless a ``pm.Data`` container is declared public. "Reaches" is decided on the PyTensor graph,
-  by node identity; PyMC embeds a NumPy array as a fresh constant at each use, so constants are
-  also matched by value (same dtype, shape and bytes).
+* **Private is a property of the data, not of where it is read.** Observed values and every
+  ``pm.Data`` container are private unless the container is declared ``public=[...]``; a
+  non-scalar NumPy constant is private when it reaches the likelihood or holds private values
+  (PyMC embeds a NumPy array as a fresh constant at each use, so constants are matched by value:
+  shape and float64 bytes, and the transpose). Every graph that reads private data is a counted
+  likelihood term, a deterministic computed but never returned, or refused before any release.
+* **Likelihood terms** are the observed variables' log-densities and every ``pm.Potential`` that
+  reads private data with one entry per row (shape ``(n, ...)``, rows on the leading axis or the
+  dim ``row_dim``): a per-row potential is a custom likelihood, clipped and noised like any other
+  row term. A potential that reads private data without rows (e.g. summed) is refused.
 * **Rows.** One row = one person. The rows of an observed variable are its leading axis, or the
   model dim ``row_dim``. The row axis of every other private input is read from its ``pm.Data``
   dims, or given by ``row_axes``, or inferred when exactly one of its axes has the row length; an
@@ -19,9 +24,11 @@ else, which parts of a model hold private data. The rule:
   the sensitivity. This is checked by evaluating the per-row log-likelihood of a subset of rows
   two ways, on the full inputs and on the inputs indexed to the subset; a likelihood that
   standardises ``X`` by ``X.mean()`` inside the model, or that reads ``y[i - 1]``, fails.
-* **Refused**: free variables whose prior reads private data, potentials that read it, missing
-  values that PyMC would impute, ``pm.Minibatch`` data, and observed values outside the support of
-  their distribution (one such row would make a chain freeze: one unaccounted bit about a person).
+* **Refused**: free variables whose prior reads private data, potentials that read it without one
+  entry per row, initial values computed from it (``initval=y.mean()``: a chain starts there, and
+  a rejected first move releases it exactly), missing values that PyMC would impute,
+  ``pm.Minibatch`` data, and observed values (or per-row potentials) outside the support of their
+  distribution (one such row would make a chain freeze: one unaccounted bit about a person).
 * **Dropped from outputs**: deterministics that depend on private data through any path.
 
 This module analyses graphs; :mod:`pymc_dp.likelihood` compiles kernels from the analysis.
@@ -65,7 +72,7 @@ _CHECK_MODE = Mode(linker="py", optimizer=None)
 #: Rows compared by the row-locality check (a public, fixed choice).
 _LOCALITY_ROWS = 24
 
-InputKind = Literal["observed", "row", "fixed"]
+InputKind = Literal["observed", "row", "fixed", "unread"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,8 +85,10 @@ class DataInput:
         The graph node: a constant, a ``pm.Data`` container, or an observed value node.
     label : str
         How errors name it (``pm.Data`` name, ``"observed 'y'"`` or the constant's shape).
-    kind : {"observed", "row", "fixed"}
-        Observed values; per-row inputs (covariates); fixed inputs without rows.
+    kind : {"observed", "row", "fixed", "unread"}
+        Observed values; per-row inputs (covariates); fixed inputs without rows; private
+        ``pm.Data`` containers the likelihood does not read (whatever reads them is dropped
+        from outputs or refused).
     row_axis : int or None
         The axis that indexes people (None for fixed inputs).
     """
@@ -92,10 +101,11 @@ class DataInput:
 
 @dataclass(frozen=True, eq=False)
 class ObservedRows:
-    """One observed variable: its value node, row axis and (n,) per-row log-likelihood term."""
+    """One likelihood term: an observed variable (its value node) or a per-row potential (value
+    None), its row axis and its (n,) per-row log-likelihood term."""
 
     name: str
-    value: Variable
+    value: Variable | None
     row_axis: int
     term: Variable
 
@@ -230,6 +240,10 @@ class ModelGraph:
     prior: Variable | None
     private_deterministics: tuple[str, ...]
     likelihood_vars: tuple[str, ...]
+    #: Per-row potentials that read private data: likelihood terms like the observed ones.
+    potentials: tuple[ObservedRows, ...] = ()
+    #: Private pm.Data containers that the likelihood does not read.
+    unread: tuple[DataInput, ...] = ()
     _shared: frozenset[int] = field(default_factory=frozenset, repr=False)
     _constants: frozenset[tuple] = field(default_factory=frozenset, repr=False)
 
@@ -266,11 +280,24 @@ class ModelGraph:
             return _signature(np.asarray(var.data)) in self._constants
         return any(var is i.var for i in self.inputs if i.kind != "fixed")
 
+    @property
+    def terms(self) -> tuple[ObservedRows, ...]:
+        """Every likelihood term: observed variables, then per-row potentials."""
+        return self.observed + self.potentials
+
+    def matches_private(self, value) -> bool:
+        """Whether an array holds the values of a private input (itself or its transpose, as
+        float64): e.g. ``new_data`` or ``initvals`` that are the private rows."""
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf" or arr.size <= 1:
+            return False
+        return any(sig in self._constants for sig in _signatures(arr))
+
     def private_nodes(
         self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()
     ) -> list[Variable]:
         """The private data nodes whose values ``outputs`` read (not through ``stop``)."""
-        inputs = {id(i.var) for i in self.inputs}
+        inputs = {id(i.var) for i in (*self.inputs, *self.unread)}
         return [
             var
             for var in value_ancestors(outputs, stop)
@@ -281,7 +308,7 @@ class ModelGraph:
         self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()
     ) -> list[str]:
         """Labels of the private inputs whose values ``outputs`` read (not through ``stop``)."""
-        labels = {id(i.var): i.label for i in self.inputs}
+        labels = {id(i.var): i.label for i in (*self.inputs, *self.unread)}
         return sorted({labels.get(id(v)) or _label(v) for v in self.private_nodes(outputs, stop)})
 
     def describe(self) -> str:
@@ -290,9 +317,13 @@ class ModelGraph:
             f"{self.n_rows} rows (one per person)"
             + (f", dim {self.row_dim!r}" * bool(self.row_dim))
         ]
+        for p in self.potentials:
+            lines.append(f"  term     potential {p.name!r} (a per-row likelihood term)")
         for i in self.inputs:
             where = f"row axis {i.row_axis}" if i.row_axis is not None else "no rows: fixed"
             lines.append(f"  {i.kind:<8} {i.label} ({where})")
+        for i in self.unread:
+            lines.append(f"  private  {i.label} (not read by the likelihood)")
         if self.private_deterministics:
             lines.append(
                 "  deterministics dropped (read private data): "
@@ -302,6 +333,8 @@ class ModelGraph:
 
 
 def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...]:
+    if not model.observed_RVs:
+        return ()
     terms = model.logp(vars=model.observed_RVs, sum=False)
     out = []
     for rv, term in zip(model.observed_RVs, terms, strict=True):
@@ -498,11 +531,6 @@ def analyse(
         printing data values or row indices.
     """
     model = modelcontext(model)
-    if not model.observed_RVs:
-        raise ValueError(
-            "The model has no observed variable: there is no private data to protect. Use "
-            "pm.sample without a DP step."
-        )
     if validate:
         _check_model(model)
     public = set(public)
@@ -513,12 +541,20 @@ def analyse(
             f"`public`/`row_axes` name {sorted(unknown)}, which are not pm.Data containers."
         )
     observed = _observed_rows(model, row_dim)
-    n = int(_value_of(observed[0].value).shape[observed[0].row_axis])
-    rows = observed[0].term
-    for o in observed[1:]:
+    potentials = _row_potentials(model, observed, row_dim, public)
+    terms = observed + potentials
+    if not terms:
+        raise ValueError(
+            "The model has no observed variable and no per-row pm.Potential reading data: there "
+            "is no private data to protect. Use pm.sample without a DP step."
+        )
+    first = terms[0]
+    n = _rows_of(first) if first.value is not None else _shape_at(model, first.term)[0]
+    rows = first.term
+    for o in terms[1:]:
         rows = rows + o.term
-    first_dims = tuple(model.named_vars_to_dims.get(observed[0].name, ()) or ())
-    obs_dim = first_dims[observed[0].row_axis] if first_dims else None
+    first_dims = tuple(model.named_vars_to_dims.get(first.name, ()) or ())
+    obs_dim = first_dims[first.row_axis] if first_dims else None
     collect = _Collector(model, n, row_dim, obs_dim, row_axes, public, validate)
     inputs = collect(
         [(o.value, f"observed {o.name!r}", o.row_axis) for o in observed],
@@ -526,6 +562,7 @@ def analyse(
         # own graph of the observed variables
         [value_ancestors([rows]), _forward_inputs(model, model.observed_RVs)],
     )
+    unread = _unread_containers(model, inputs, collect)
     graph = ModelGraph(
         model=model,
         n_rows=n,
@@ -533,21 +570,115 @@ def analyse(
         observed=observed,
         inputs=tuple(inputs),
         rows=rows,
-        prior=_prior(model),
+        prior=_prior(model, {p.name for p in potentials}),
         private_deterministics=(),
         likelihood_vars=(),
-        _shared=_shared_ids(inputs),
-        _constants=_constant_signatures(inputs),
+        potentials=potentials,
+        unread=unread,
+        _shared=_shared_ids([*inputs, *unread]),
+        _constants=_constant_signatures([*inputs, *unread]),
     )
     graph.private_deterministics = _private_deterministics(graph)
     graph.likelihood_vars = tuple(v.name for v in model.value_vars if v in set(ancestors([rows])))
     if validate:
         _check_inputs_hold_no_other_rows(graph)
         _check_priors_and_potentials(graph)
+        _check_initvals(graph)
         _check_finite(graph)
         _check_support(graph)
         _check_row_local(graph)
     return graph
+
+
+def _rows_of(term: ObservedRows) -> int:
+    return int(_value_of(term.value).shape[term.row_axis])
+
+
+def _reads_data(graph: Variable, private: frozenset[int], signatures: frozenset[tuple]) -> bool:
+    """Whether ``graph`` reads a private container, an observed value or a copy of either."""
+    for var in value_ancestors([graph]):
+        if not _is_data_node(var):
+            continue
+        if id(var) in private:
+            return True
+        if isinstance(var, Constant) and var.type.ndim > 0 and var.data.size > 1:
+            if any(sig in signatures for sig in _signatures(np.asarray(var.data))):
+                return True
+    return False
+
+
+def _row_potentials(
+    model: Model,
+    observed: tuple[ObservedRows, ...],
+    row_dim: str | None,
+    public: set[str],
+) -> tuple[ObservedRows, ...]:
+    """The potentials that read private data with one entry per row: likelihood terms.
+
+    What is private here is what :func:`analyse` will call private before it looks at the
+    likelihood: observed values and every ``pm.Data`` container not declared public (a potential
+    reading a NumPy constant that is neither is a public prior term, as before). A potential that
+    reads private data without rows stays out and is refused by the checks.
+    """
+    if not model.potentials:
+        return ()
+    shared = [v for v in model.data_vars if v.name not in public]
+    values = [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    private = frozenset(id(v) for v in (*shared, *values))
+    arrays = [_value_of(v) for v in (*shared, *values)]
+    signatures = frozenset(sig for a in arrays if a.size > 1 for sig in _signatures(a))
+    n = _rows_of(observed[0]) if observed else None
+    out = []
+    graphs = model.replace_rvs_by_values(model.potentials)
+    point = model.initial_point()
+    for pot, g in zip(model.potentials, graphs, strict=True):
+        if not _reads_data(g, private, signatures):
+            continue
+        dims = tuple(model.named_vars_to_dims.get(pot.name, ()) or ())
+        axis = dims.index(row_dim) if row_dim is not None and row_dim in dims else 0
+        if g.ndim == 0:
+            continue
+        shape = _shape_at(model, g, point)
+        if shape[axis] < 1 or (n is not None and shape[axis] != n):
+            continue
+        term = pt.moveaxis(g, axis, 0) if axis else g
+        if term.ndim > 1:
+            term = term.sum(axis=tuple(range(1, term.ndim)))
+        out.append(ObservedRows(pot.name, None, axis, term))
+    lengths = {_shape_at(model, o.term, point)[0] for o in out}
+    if n is None and len(lengths) > 1:
+        return ()  # no common row count: refused as potentials without rows
+    return tuple(out)
+
+
+def _shape_at(model: Model, g: Variable, point: Mapping | None = None) -> tuple[int, ...]:
+    if None not in g.type.shape:
+        return tuple(int(s) for s in g.type.shape)
+    point = model.initial_point() if point is None else point
+    fn = pytensor.function(model.value_vars, g.shape, mode=_CHECK_MODE, on_unused_input="ignore")
+    args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+    return tuple(int(s) for s in fn(*args))
+
+
+def _unread_containers(
+    model: Model, inputs: Sequence[DataInput], collect: _Collector
+) -> tuple[DataInput, ...]:
+    """Private ``pm.Data`` containers the likelihood does not read (rows where they can be
+    told; an ambiguous axis is no error here: nothing is computed from their rows)."""
+    seen = {id(i.var) for i in inputs}
+    out = []
+    for var in model.data_vars:
+        if id(var) in seen or var.name in collect.public:
+            continue
+        value = _value_of(var)
+        axis = _dims_axis(model, var, collect.row_dim, collect.obs_dim)
+        if axis is None and var.name in collect.row_axes:
+            axis = int(collect.row_axes[var.name]) % max(value.ndim, 1)
+        if axis is None:
+            candidates = _candidate_axes(value, collect.n)
+            axis = candidates[0] if len(candidates) == 1 else None
+        out.append(DataInput(var, _label(var), "unread", axis))
+    return tuple(out)
 
 
 def analyse_simulator(model: Model, rv: Variable) -> ModelGraph:
@@ -560,6 +691,7 @@ def analyse_simulator(model: Model, rv: Variable) -> ModelGraph:
     n = int(_value_of(value).shape[0])
     collect = _Collector(model, n, None, None, {}, set(), validate=False)
     inputs = collect([(value, f"observed {rv.name!r}", 0)], [_forward_inputs(model, [rv])])
+    unread = _unread_containers(model, inputs, collect)
     graph = ModelGraph(
         model=model,
         n_rows=n,
@@ -570,16 +702,19 @@ def analyse_simulator(model: Model, rv: Variable) -> ModelGraph:
         prior=None,
         private_deterministics=(),
         likelihood_vars=(),
-        _shared=_shared_ids(inputs),
-        _constants=_constant_signatures(inputs),
+        unread=unread,
+        _shared=_shared_ids([*inputs, *unread]),
+        _constants=_constant_signatures([*inputs, *unread]),
     )
     graph.private_deterministics = _private_deterministics(graph)
     return graph
 
 
-def _prior(model: Model) -> Variable:
+def _prior(model: Model, row_potentials: set[str] = frozenset()) -> Variable:
+    """Log prior with the transforms' Jacobians and the potentials that are not row terms."""
     terms = [model.logp(vars=model.free_RVs, jacobian=True)]
-    terms += [pt.sum(p) for p in model.replace_rvs_by_values(model.potentials)]
+    pots = [p for p in model.potentials if p.name not in row_potentials]
+    terms += [pt.sum(p) for p in model.replace_rvs_by_values(pots)]
     return pt.add(*terms) if len(terms) > 1 else terms[0]
 
 
@@ -666,16 +801,40 @@ def _check_priors_and_potentials(graph: ModelGraph) -> None:
             raise ValueError(
                 f"The prior of free variable '{rv.name}' reads private data "
                 f"({', '.join(sorted(set(reads)))}). A prior is evaluated exactly, without noise: "
-                "write it with public constants (e.g. not mu=y.mean())."
+                "write it with public constants (e.g. not mu=y.mean()), or declare a container that "
+                "holds no data about people public=[...]."
             )
-    pots = model.potentials
+    terms = {p.name for p in graph.potentials}
+    pots = [p for p in model.potentials if p.name not in terms]
     for pot, g in zip(pots, model.replace_rvs_by_values(pots), strict=True):
         reads = graph.private_reads([pot], stop=free) + graph.private_reads([g])
         if reads:
             raise ValueError(
-                f"Potential '{pot.name}' reads private data ({', '.join(sorted(set(reads)))}). "
-                "Potentials are treated as public prior terms; write the likelihood as observed "
-                "variables so it can be clipped and privatised."
+                f"Potential '{pot.name}' reads private data ({', '.join(sorted(set(reads)))}) "
+                f"but does not have one entry per row (n = {graph.n_rows} on its leading axis, "
+                "or the dim `row_dim`). A per-row potential is a likelihood term, clipped and "
+                "privatised like an observed variable; a summed one cannot be: return the "
+                "per-row log-likelihood (do not sum it), or declare the containers it reads "
+                "public=[...] if they hold no data about people."
+            )
+
+
+def _check_initvals(graph: ModelGraph) -> None:
+    """Initial values must be public: a chain (and the private Newton walk) starts there, and a
+    first move that is rejected releases the starting point exactly."""
+    model = graph.model
+    for rv, init in model.rvs_to_initial_values.items():
+        if init is None or isinstance(init, str):
+            continue
+        if isinstance(init, Variable):
+            reads = graph.private_reads([init], stop=model.free_RVs)
+        else:
+            reads = ["a copy of the private data"] if graph.matches_private(init) else []
+        if reads:
+            raise ValueError(
+                f"The initial value of free variable '{rv.name}' reads private data "
+                f"({', '.join(sorted(set(reads)))}). Chains start from it and an unmoved chain "
+                "releases it exactly: give a public number (or none)."
             )
 
 
@@ -707,15 +866,16 @@ def _check_support(graph: ModelGraph) -> None:
     point = model.initial_point()
     fn = pytensor.function(
         model.value_vars,
-        [o.term for o in graph.observed],
+        [o.term for o in graph.terms],
         mode=_CHECK_MODE,
         on_unused_input="ignore",
     )
     values = fn(*[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars])
-    for o, v in zip(graph.observed, values, strict=True):
+    for o, v in zip(graph.terms, values, strict=True):
         if not np.all(np.isfinite(v)):
+            what = "Observed variable" if o.value is not None else "Per-row potential"
             raise ValueError(
-                f"Observed variable '{o.name}' has values outside the support of its distribution "
+                f"{what} '{o.name}' has values outside the support of its distribution "
                 "(its log-density is -inf or NaN at the model's initial point). Correct or drop "
                 "those rows before modelling: one such row would change how the sampler behaves, "
                 "which no privacy accountant sees."
