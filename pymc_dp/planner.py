@@ -45,6 +45,7 @@ clip bounds and the priors, never the data values, and predicts:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -160,6 +161,9 @@ def plan(
     grad_clip: float | None = None,
     info_per_row: float | np.ndarray | None = None,
     n_rows: int | None = None,
+    row_dim: str | None = None,
+    row_axes: Mapping[str, int] | None = None,
+    public: Iterable[str] = (),
 ) -> Plan:
     """Predict what a DP run of ``model`` can deliver, from public information only.
 
@@ -180,6 +184,10 @@ def plan(
     n_rows : int, optional
         The number of rows, when the model holds placeholders for rows bound at sampling time
         (``pdp.sample(data=...)``). Default: the model's.
+    row_dim, row_axes, public
+        As for the steps (:func:`pymc_dp.graph.analyse`). The planner refuses what a step
+        refuses (priors, potentials or initial values that read private data, ...), before it
+        computes anything from the priors.
 
     Returns
     -------
@@ -191,7 +199,8 @@ def plan(
     draws = check_count(draws, "draws", minimum=1)
     tune = check_count(tune, "tune")
     chains = check_count(chains, "chains", minimum=1)
-    graph = analyse(model, validate=False)  # n and the structure; no data values are used
+    # the steps' checks: a prior that reads private data must not feed the predictions
+    graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
     n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
     delta = default_delta(n) if delta is None else float(delta)
     q0 = _initial_q(model)

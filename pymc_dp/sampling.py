@@ -23,6 +23,7 @@ from pymc_dp.accounting.ledger import GAUSSIAN_ACCOUNTANT, LEDGER_ATTR, PrivacyL
 from pymc_dp.diagnostics import dp_warnings
 from pymc_dp.diagnostics import warn as dp_warn
 from pymc_dp.graph import ModelGraph, analyse
+from pymc_dp.runplan import PrivacyBudgetError
 from pymc_dp.step_methods.base import DPStep, default_chains
 
 __all__ = ["PrivacyReport", "privacy_report", "sample", "sanitize"]
@@ -193,6 +194,14 @@ def sample(
         )
     if step.likelihood.model is not model:
         raise ValueError("`step` was built for another model than the one sampled.")
+    step.check_data()
+    if step.spent or (data is not None and not step._spend.claim("bind")):
+        raise PrivacyBudgetError(
+            f"This {type(step).__name__} has run before: a step is spent once (its noise was "
+            "calibrated for one run, and a second one would release the data again while the "
+            "report still says epsilon). Build a new step, or step.renew() (same compiled "
+            "kernels, a budget of its own)."
+        )
     if data is not None:
         from pymc_dp.distributed import DistributedLikelihood, bind_data
 
@@ -209,6 +218,7 @@ def sample(
     for key in ("trace", "idata_kwargs", "callback"):
         if kwargs.get(key):
             raise ValueError(f"`{key}` is not supported by pdp.sample (it could see private data).")
+    _check_initvals(step.likelihood.graph, kwargs.get("initvals"))
     if kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(
             "`return_inferencedata=False` is not supported by pdp.sample: the raw trace holds "
@@ -259,6 +269,25 @@ def sample(
     return idata
 
 
+def _check_initvals(graph: ModelGraph, initvals) -> None:
+    """Starting points are public: a chain that never moves releases its start exactly."""
+    if initvals is None:
+        return
+    from pytensor.graph.basic import Variable
+
+    for point in [initvals] if isinstance(initvals, Mapping) else list(initvals):
+        for name, value in (point or {}).items():
+            if isinstance(value, Variable):
+                private = bool(graph.private_reads([value], stop=graph.model.free_RVs))
+            else:
+                private = not isinstance(value, str) and graph.matches_private(value)
+            if private:
+                raise ValueError(
+                    f"`initvals` for {name!r} reads or copies private data: chains start there, "
+                    "and a chain that never moves releases its start exactly. Give public values."
+                )
+
+
 def _planner_advice(step: DPStep, model: Model, run) -> str:
     """Ask the planner (public information only) before the run; warn if it predicts failure."""
     from pymc_dp.planner import plan as planner
@@ -278,6 +307,9 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
             llr_clip=clip,
             grad_clip=grad,
             n_rows=step.n_rows,
+            row_dim=step.likelihood_kwargs["row_dim"],
+            row_axes=step.likelihood_kwargs["row_axes"],
+            public=step.likelihood_kwargs["public"],
         )
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""

@@ -53,7 +53,12 @@ from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.noise import NoiseSource
 
-__all__ = ["WarmStart", "warm_start", "warm_start_mechanisms"]
+__all__ = ["WarmStart", "WarmStartError", "warm_start", "warm_start_mechanisms"]
+
+
+class WarmStartError(RuntimeError):
+    """The warm start's releases were made (their budget is spent) but no finite fit came of
+    them: e.g. a vague prior on a scale, or a public initial value far from the data's scale."""
 
 #: Share of the warm start's privacy loss spent on Fisher information releases.
 FISHER_SHARE = 0.25
@@ -175,6 +180,7 @@ def warm_start(
     kernel = likelihood.fisher_kernel()
     rows, cols = np.triu_indices(dim)
     entries = warm_start_mechanisms(mu, steps)
+    precision = fisher = prior_precision = None
     for t in range(steps):
         s_g, s_f = entries[2 * t].noise_multiplier, entries[2 * t + 1].noise_multiplier
         g_sum, outer, prior_grad = kernel(q, np.asarray(b))
@@ -189,13 +195,18 @@ def warm_start(
         # information is below that is not known from this release
         tau = noise.gaussian_std(f_sens, s_f, tri.size)
         spread = 2.0 * tau * np.sqrt(dim)
-        prior_precision = _positive_definite(-likelihood.prior_hessian(q), 0.0)
+        with np.errstate(all="ignore"):
+            hess = likelihood.prior_hessian(q)
+        if not (np.all(np.isfinite(hess)) and np.all(np.isfinite(prior_grad))):
+            # the prior overflows here (public: no data); the releases stay as planned
+            continue
+        prior_precision = _positive_definite(-hess, 0.0)
         if t < steps - 1:
             # travelling: a Newton step whose curvature is padded by a quarter of the Fisher
             # noise's spread, so that noise cannot make a direction look flat and throw the
             # walk far out along it (a public rule: it depends on the noise scale only)
             padded = _positive_definite(fisher, 0.0) + prior_precision + 0.25 * spread * np.eye(dim)
-            step = np.linalg.solve(padded, g_tilde + prior_grad)
+            q = q + _backtrack(likelihood, q, np.linalg.solve(padded, g_tilde + prior_grad))
         else:
             # arriving: the posterior mean given this last release, with the information the
             # noise could have faked removed (_shrink), so uninformed directions keep the prior's
@@ -205,11 +216,44 @@ def warm_start(
             info = fisher @ gain @ fisher
             precision = _positive_definite(0.5 * (info + info.T) + prior_precision, 1e-12)
             step = np.linalg.solve(precision, fisher @ gain @ g_tilde + prior_grad)
-        if not np.all(np.isfinite(step)):
-            break
-        q = q + step
+            q = q + _backtrack(likelihood, q, step)
+    if precision is None or not _finite_fit(likelihood, q, precision):
+        raise WarmStartError(
+            "The private warm start made its releases (its share of the budget is spent) but "
+            "reached no finite fit: the prior overflows where the noisy Newton walk went (a "
+            "very vague prior on a scale, or a public initial value far from the data's "
+            "scale). Use a weakly informative prior or a public initval on the data's scale, "
+            "and build a new step."
+        )
     plain = _positive_definite(fisher + prior_precision, 1e-12)
     cov = np.linalg.inv(plain)
     noise_aware = np.linalg.inv(precision)
     noise_cov = _positive_definite(noise_aware - cov, 0.0)
     return WarmStart(mean=q, cov=cov, noise_cov=0.5 * (noise_cov + noise_cov.T), entries=entries)
+
+
+def _finite_fit(likelihood: PerRowLikelihood, q: np.ndarray, precision: np.ndarray) -> bool:
+    with np.errstate(all="ignore"):
+        return bool(
+            np.all(np.isfinite(q))
+            and np.all(np.isfinite(precision))
+            and np.isfinite(likelihood.prior_value(q))
+            and np.all(np.isfinite(likelihood.prior_hessian(q)))
+        )
+
+
+def _backtrack(likelihood: PerRowLikelihood, q: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """``step`` halved until the prior and its curvature are finite at ``q + step`` (public
+    checks: no data); 0 if no halving helps. From a point where the noisy curvature is small, a
+    Newton step can jump to where ``exp`` of a log-scale overflows."""
+    if not np.all(np.isfinite(step)):
+        return np.zeros_like(q)
+    with np.errstate(all="ignore"):
+        for _ in range(60):
+            q_new = q + step
+            if np.isfinite(likelihood.prior_value(q_new)) and np.all(
+                np.isfinite(likelihood.prior_hessian(q_new))
+            ):
+                return step
+            step = 0.5 * step
+    return np.zeros_like(q)

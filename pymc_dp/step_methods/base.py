@@ -50,6 +50,7 @@ from pymc_dp.prior_block import PriorBlock
 from pymc_dp.runplan import PrivacyBudgetError, RunPlan, make_plan
 from pymc_dp.runplan import max_iterations as _max_iterations
 from pymc_dp.step_methods.adaptation import WindowedCovariance
+from pymc_dp.step_methods.spending import SpendRecord, data_fingerprint
 
 __all__ = [
     "DELTA_RULE",
@@ -193,6 +194,31 @@ class DPStep(ArrayStepShared):
 
         cls.__init__ = recording_init
 
+    @property
+    def spent(self) -> bool:
+        """Whether a chain of this step has read the data (a second run is refused)."""
+        return self._spend.spent
+
+    def check_data(self) -> None:
+        """Refuse if the model's ``pm.Data`` changed since the step was built (reads no more
+        than digests; names the containers, never a value)."""
+        now = data_fingerprint(self.likelihood.model)
+        if now != self._fingerprint:
+            old = {f[0]: f for f in self._fingerprint}
+            changed = sorted(f[0] for f in now if old.get(f[0]) != f) or ["(containers)"]
+            raise ValueError(
+                f"The model's data changed since {type(self).__name__} was built "
+                f"(pm.Data {', '.join(changed)}): its calibration (n, delta), checks and kernels "
+                "were made for the old rows. Build a new step on the new data."
+            )
+
+    def renew(self) -> DPStep:
+        """A new step with the same arguments and the same compiled kernels, and a budget of
+        its own: running it is a second release of the data, whose epsilon adds to the first
+        run's (report both). A warm start runs again, on its own budget."""
+        self.check_data()
+        return self.rebuild(self.likelihood)
+
     def rebuild(self, likelihood: PerRowLikelihood | None = None) -> DPStep:
         """The same step (same arguments) built again on the model's current data, or on
         ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`). Calibration, the
@@ -258,6 +284,8 @@ class DPStep(ArrayStepShared):
         if likelihood is not None and likelihood.model is not model:
             raise ValueError("`likelihood` was built for another model.")
         self.likelihood = likelihood or PerRowLikelihood(model, vars, **self.likelihood_kwargs)
+        self._fingerprint = data_fingerprint(model)
+        self._spend = SpendRecord()
         self.n_rows = self.likelihood.n_rows
         self.delta_rule = DELTA_RULE if delta is None else "given"
         self.delta = default_delta(self.n_rows) if delta is None else check_delta(delta)
@@ -358,19 +386,26 @@ class DPStep(ArrayStepShared):
             return
         if self.epsilon is None:
             raise ValueError("`warm_start` needs `epsilon`: its share is a share of the budget.")
-        from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
-        from pymc_dp.warmstart import warm_start
+        from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_budget
+        from pymc_dp.warmstart import WarmStartError, warm_start
 
         mu = self.warm_start_share * gaussian_mu_for_budget(self.epsilon, self.delta)
         noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
-        self.warm = warm_start(
-            self.likelihood,
-            grad_clip=self._warm_grad_clip(),
-            mu=mu,
-            noise=noise,
-            steps=steps,
-            tempering=getattr(self, "tempering", 1.0),
-        )
+        try:
+            self.warm = warm_start(
+                self.likelihood,
+                grad_clip=self._warm_grad_clip(),
+                mu=mu,
+                noise=noise,
+                steps=steps,
+                tempering=getattr(self, "tempering", 1.0),
+            )
+        except WarmStartError as err:
+            spent = gaussian_epsilon(mu, self.delta)
+            raise WarmStartError(
+                f"{type(self).__name__}: {err} Budget spent on the data: epsilon = {spent:.4g} "
+                f"at delta = {self.delta:.3g} (Gaussian PLD); report it with any later run."
+            ) from None
 
     # ------------------------------------------------------------------ stats
     @classmethod
@@ -459,6 +494,14 @@ class DPStep(ArrayStepShared):
                 "every chain is a separate release of the data, so it would spend budget beyond "
                 f"epsilon. Create the step with chains={chain + 1} (or more), or use pdp.sample, "
                 "which calibrates for the exact chain count."
+            )
+        self.check_data()
+        if plan.ledger.per_chain and not self._spend.claim(chain or 0):
+            raise PrivacyBudgetError(
+                f"{type(self).__name__} already ran chain {(chain or 0) + 1}: a step is spent "
+                "once (its noise was calibrated for one run). A second run would release the "
+                "data again while its report still says epsilon. Build a new step (or "
+                "step.renew(), which keeps the compiled kernels) and report both runs' epsilon."
             )
         self._noise = NoiseSource.for_chain(plan.noise_seed, chain or 0, exact=plan.exact_noise)
         self._iteration = 0

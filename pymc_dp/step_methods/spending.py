@@ -1,0 +1,83 @@
+"""A step is spent once: which chains have read the data, and on which data.
+
+A DP step's noise is calibrated for one run of ``chains`` chains on one data set. Running the same
+step object again would release the data a second time while the report still says epsilon, and
+running it after ``pm.set_data`` would apply a calibration (n, delta, clip-bound checks, a warm
+start) made for other rows. Two records prevent both:
+
+* :class:`SpendRecord`: the chains that have started, seen by every process that runs the step.
+  PyMC runs chains in forked or spawned processes, which get copies of the step, so the record
+  lives outside the object: one marker file per chain in a private temporary directory, created
+  with ``O_EXCL`` (atomic across processes). The directory goes when the step that made it does.
+* :func:`data_fingerprint`: shapes, dtypes and a digest of every ``pm.Data`` container, taken
+  when the step is built and compared before any chain reads the data.
+
+Neither record holds data: the fingerprint is a 16-byte digest per container and is never
+released.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+from pymc.model import Model
+
+__all__ = ["SpendRecord", "data_fingerprint"]
+
+
+def data_fingerprint(model: Model) -> tuple:
+    """Shapes, dtypes and digests of the model's ``pm.Data`` containers (what a step was built
+    on; compared, never released)."""
+    out = []
+    for var in model.data_vars:
+        value = np.ascontiguousarray(var.get_value(borrow=True))
+        digest = hashlib.blake2b(value.tobytes(), digest_size=16).digest()
+        out.append((var.name, value.shape, value.dtype.str, digest))
+    return tuple(out)
+
+
+def _remove(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child's copy must not remove the parent's record
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class SpendRecord:
+    """The chains of one step that have started reading the data, across processes."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="pymc_dp_step_")
+        self._owner = os.getpid()
+        weakref.finalize(self, _remove, self._dir, self._owner)
+
+    def __getstate__(self) -> dict:
+        return {"_dir": self._dir, "_owner": self._owner}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)  # a copy in a chain's process: no finalizer of its own
+
+    def claim(self, chain: int) -> bool:
+        """Mark ``chain`` as started; False if it had started before (in any process)."""
+        path = os.path.join(self._dir, f"chain-{int(chain)}")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        except FileNotFoundError as err:  # the record was removed under us: refuse, safely
+            raise RuntimeError(
+                "The step's spend record is gone (its temporary directory was removed); build "
+                "a new step."
+            ) from err
+        return True
+
+    @property
+    def spent(self) -> bool:
+        """Whether any chain has started."""
+        try:
+            return bool(os.listdir(self._dir))
+        except FileNotFoundError:
+            return True
