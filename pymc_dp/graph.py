@@ -595,13 +595,17 @@ def _rows_of(term: ObservedRows) -> int:
 
 
 def _reads_data(graph: Variable, private: frozenset[int], signatures: frozenset[tuple]) -> bool:
-    """Whether ``graph`` reads a private container, an observed value or a copy of either."""
+    """Whether ``graph`` reads a private container, an observed value, a copy of either, or a
+    float array embedded as a constant (in a potential, the idiom of a custom likelihood over
+    NumPy data: treated as data; public constants go in a ``pm.Data`` declared public)."""
     for var in value_ancestors([graph]):
         if not _is_data_node(var):
             continue
         if id(var) in private:
             return True
         if isinstance(var, Constant) and var.type.ndim > 0 and var.data.size > 1:
+            if var.type.dtype.startswith("float"):
+                return True
             if any(sig in signatures for sig in _signatures(np.asarray(var.data))):
                 return True
     return False
@@ -616,9 +620,9 @@ def _row_potentials(
     """The potentials that read private data with one entry per row: likelihood terms.
 
     What is private here is what :func:`analyse` will call private before it looks at the
-    likelihood: observed values and every ``pm.Data`` container not declared public (a potential
-    reading a NumPy constant that is neither is a public prior term, as before). A potential that
-    reads private data without rows stays out and is refused by the checks.
+    likelihood: observed values, every ``pm.Data`` container not declared public, and float
+    arrays embedded as constants (see :func:`_reads_data`). A potential that reads private data
+    without rows stays out and is refused by the checks.
     """
     if not model.potentials:
         return ()
@@ -801,21 +805,24 @@ def _check_priors_and_potentials(graph: ModelGraph) -> None:
             raise ValueError(
                 f"The prior of free variable '{rv.name}' reads private data "
                 f"({', '.join(sorted(set(reads)))}). A prior is evaluated exactly, without noise: "
-                "write it with public constants (e.g. not mu=y.mean()), or declare a container that "
-                "holds no data about people public=[...]."
+                "write it with public constants (e.g. not mu=y.mean()), or declare a container "
+                "that holds no data about people public=[...]."
             )
     terms = {p.name for p in graph.potentials}
     pots = [p for p in model.potentials if p.name not in terms]
+    private = graph._shared | {id(i.var) for i in graph.inputs if i.kind == "observed"}
     for pot, g in zip(pots, model.replace_rvs_by_values(pots), strict=True):
         reads = graph.private_reads([pot], stop=free) + graph.private_reads([g])
+        if not reads and _reads_data(g, private, graph._constants):
+            reads = ["an array embedded as a constant"]
         if reads:
             raise ValueError(
                 f"Potential '{pot.name}' reads private data ({', '.join(sorted(set(reads)))}) "
                 f"but does not have one entry per row (n = {graph.n_rows} on its leading axis, "
                 "or the dim `row_dim`). A per-row potential is a likelihood term, clipped and "
                 "privatised like an observed variable; a summed one cannot be: return the "
-                "per-row log-likelihood (do not sum it), or declare the containers it reads "
-                "public=[...] if they hold no data about people."
+                "per-row log-likelihood (do not sum it); arrays that hold no data about people "
+                "go in pm.Data containers declared public=[...]."
             )
 
 
