@@ -49,9 +49,11 @@ def check_moments_between_runs(
 
 def stationary_runs(model, step, starts: np.ndarray, iterations: int, var: str = "theta"):
     """One single-chain ``pdp.sample`` run per start; no burn-in is needed when the starts are
-    exact posterior draws. One step serves every run (its kernels compile once); each call is its
-    own release with its own budget. Returns draws of shape (runs, iterations, d) and the results.
+    exact posterior draws. Each run is a step renewed from ``step`` (``step.renew()``: the same
+    compiled kernels, a budget of its own), so each call is its own release. Returns draws of
+    shape (runs, iterations, d) and the results.
     """
+
     import pymc_dp as pdp
 
     out = []
@@ -63,7 +65,7 @@ def stationary_runs(model, step, starts: np.ndarray, iterations: int, var: str =
                     tune=0,
                     chains=1,
                     cores=1,
-                    step=step,
+                    step=step.renew(),
                     random_seed=100 + r,
                     noise_seed=200 + r,
                     initvals={var: start},

@@ -135,22 +135,14 @@ def test_batch_variance_never_exceeds_the_bound_and_chain_stays_clean():
 
 
 def test_reproducible_and_contract(tempered_banana_model, barker_step):
-    kw = dict(
-        draws=40,
-        tune=10,
-        chains=2,
-        step=barker_step,
-        random_seed=11,
-        noise_seed=5,
-        progressbar=False,
-    )
+    kw = dict(draws=40, tune=10, chains=2, random_seed=11, noise_seed=5, progressbar=False)
+    runs = []
     with tempered_banana_model:
-        barker_step.epsilon = None
-        try:
-            a = pdp.sample(cores=1, **kw)
-            b = pdp.sample(cores=2, **kw)
-        finally:
-            barker_step.epsilon = 4.0
+        for cores in (1, 2):
+            step = barker_step.renew()  # a step is spent once
+            step.epsilon = None
+            runs.append(pdp.sample(cores=cores, step=step, **kw))
+    a, b = runs
     np.testing.assert_array_equal(a.posterior["theta"].values, b.posterior["theta"].values)
     assert set(a.sample_stats.data_vars) == {"accepted", "dp_epsilon", "dp_delta", "batch_size"}
     assert set(a.children) == {"posterior", "sample_stats"}

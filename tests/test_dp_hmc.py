@@ -112,8 +112,8 @@ def test_without_noise_dphmc_is_plain_hmc(gaussian_banana, gaussian_model):
 def _stationary_runs(model, make_step, starts, iterations):
     """One single-chain run per start; no burn-in is needed when starts are exact draws.
 
-    One step serves every run (its kernels compile once); setup_chain resets its chain state
-    and each pdp.sample call is its own release with its own budget."""
+    Each run renews one step (step.renew(): its kernels compile once) and is its own release
+    with its own budget."""
     out = []
     with model:
         step = make_step()
@@ -123,7 +123,7 @@ def _stationary_runs(model, make_step, starts, iterations):
                 tune=0,
                 chains=1,
                 cores=1,
-                step=step,
+                step=step.renew(),
                 random_seed=100 + r,
                 noise_seed=100 + r,
                 initvals={"theta": start},

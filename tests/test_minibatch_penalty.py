@@ -162,11 +162,9 @@ def test_reproducible_and_contract(tempered_banana_model):
         step = _banana_step(
             tempering=1e-3, noise_multiplier=1.0, proposal="gwmh", sampling="poisson"
         )
-        kw = dict(
-            draws=40, tune=10, chains=2, step=step, random_seed=4, noise_seed=2, progressbar=False
-        )
-        a = pdp.sample(cores=1, **kw)
-        b = pdp.sample(cores=2, **kw)
+        kw = dict(draws=40, tune=10, chains=2, random_seed=4, noise_seed=2, progressbar=False)
+        a = pdp.sample(cores=1, step=step, **kw)
+        b = pdp.sample(cores=2, step=step.renew(), **kw)  # a step is spent once
     np.testing.assert_array_equal(a.posterior["theta"].values, b.posterior["theta"].values)
     assert set(a.sample_stats.data_vars) == {
         "accepted",

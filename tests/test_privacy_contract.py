@@ -235,7 +235,8 @@ def test_noise_is_secret_unless_seeded(regression, name):
             return [_sample(model, step, chains=1, random_seed=5) for step in made]
         step = _make(model, name, chains=1)
         return [
-            _sample(model, step, chains=1, random_seed=5, noise_seed=noise_seed) for _ in range(2)
+            _sample(model, s, chains=1, random_seed=5, noise_seed=noise_seed)
+            for s in (step, step.renew())  # a step is spent once
         ]
 
     free = runs()

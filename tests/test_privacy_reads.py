@@ -87,7 +87,7 @@ def test_a_potential_over_a_private_column_is_a_counted_likelihood_term(rows):
 def test_a_custom_likelihood_written_as_a_per_row_potential_alone_runs(rows):
     """No observed variable, one per-row potential: a supported custom likelihood."""
     _, _, z = rows
-    with pm.Model() as model:
+    with pm.Model():
         zd = pm.Data("z", z)
         mu = pm.Normal("mu", 0, 10)
         pm.Potential("lik", pm.logp(pm.Normal.dist(mu, 1.0), zd))
@@ -113,7 +113,7 @@ def test_a_deterministic_of_a_container_the_likelihood_does_not_read_is_not_retu
     """pm.Data 'z' reached no observed variable, so it was public and its mean was released
     exactly in the posterior; fitted values X @ b keep working but are not returned."""
     X, y, z = rows
-    with pm.Model() as model:
+    with pm.Model():
         Xd, zd = pm.Data("X", X), pm.Data("z", z)
         grid = pm.Data("grid", np.linspace(-1, 1, 5))
         b = pm.Normal("b", 0, 2, shape=2)
@@ -162,7 +162,7 @@ def test_initial_values_computed_from_private_data_are_refused(rows):
 
 def test_initvals_given_to_sample_that_copy_private_data_are_refused(rows):
     X, y, _ = rows
-    with pm.Model() as model:
+    with pm.Model():
         Xd = pm.Data("X", X)
         b = pm.Normal("b", 0, 2, shape=2)
         u = pm.Normal("u", 0, 5, shape=N)  # a per-person effect

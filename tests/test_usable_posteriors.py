@@ -184,9 +184,10 @@ def test_hmc_mass_matrix_adapts_from_released_draws(glm, monkeypatch):
         )
 
 
-def test_warm_start_is_not_repeated_when_the_data_change():
-    """The warm start is released once, when the step is made: what the chains take from it
-    (start, proposal shape) does not read the data again, even if the data change afterwards."""
+def test_warm_start_is_not_repeated_and_changed_data_are_refused():
+    """The warm start is released once, when the step is made: what a chain takes from it
+    (start, proposal shape) is post-processing of that release (a function of the fit and the
+    chain's generator only); data changed afterwards are refused, not silently mixed in."""
     rng = np.random.default_rng(4)
     X = np.column_stack([np.ones(500), rng.uniform(-1, 1, 500)])
     y = (rng.random(500) < 0.6).astype(int)
@@ -194,18 +195,17 @@ def test_warm_start_is_not_repeated_when_the_data_change():
         Xd = pm.Data("X", X)
         b = pm.Normal("b", 0, 2.5, shape=2)
         pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
-        step = pdp.DPPenalty(epsilon=5.0, llr_clip=np.ones(2), chains=1, noise_seed=3)
+        step = pdp.DPPenalty(epsilon=5.0, llr_clip=np.ones(2), chains=2, noise_seed=3)
     chol = step._proposal.chol.copy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step.setup_chain(np.random.default_rng(0), 10, 10)
-    before = (step._start.copy(), step._unit_scale.copy())
+    np.testing.assert_array_equal(step._proposal.chol, chol)
+    np.testing.assert_array_equal(step._start, step.warm.draw(np.random.default_rng(0)))
     with model:
         pm.set_data({"X": np.zeros_like(X)})
-    step.setup_chain(np.random.default_rng(0), 10, 10)
-    np.testing.assert_array_equal(step._proposal.chol, chol)
-    np.testing.assert_array_equal(step._start, before[0])
-    np.testing.assert_array_equal(step._unit_scale, before[1])
+    with pytest.raises(ValueError, match="data changed since DPPenalty was built"):
+        step.setup_chain(np.random.default_rng(1), 10, 10)
 
 
 def test_prior_only_variables_move_freely():

@@ -60,9 +60,11 @@ class SpendRecord:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)  # a copy in a chain's process: no finalizer of its own
 
-    def claim(self, chain: int) -> bool:
-        """Mark ``chain`` as started; False if it had started before (in any process)."""
-        path = os.path.join(self._dir, f"chain-{int(chain)}")
+    def claim(self, chain: int | str) -> bool:
+        """Mark ``chain`` (an index, or ``"bind"``: rows bound for a run) as started; False if
+        it had started before (in any process)."""
+        name = chain if isinstance(chain, str) else f"chain-{int(chain)}"
+        path = os.path.join(self._dir, name)
         try:
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
