@@ -12,11 +12,15 @@ them, and the step adds the noise once, centrally, exactly as in memory. A Poiss
 local: the driver sends the batch's secret key and each worker draws which of its rows are in
 it (:class:`~pymc_dp.step_methods.minibatch.PoissonBatch`: the same inclusions as in memory). A
 fixed-size batch is drawn on the driver with the same secret generator as in memory (O(b) per
-iteration, never O(n)) and each worker sums its rows of it. The rows never reach the driver.
-With the same seeds the draws equal those of the in-memory run up to the rounding of the
-summation order. :func:`map_reduce_statistic` does the same for the noisy sufficient statistics
-of :func:`pymc_dp.expfam.release`, and :func:`private_embedding` for ABCDP's distance, whose
-public simulations run as tasks (:func:`stream_tasks`).
+iteration, never O(n)) and each worker sums its rows of it. The rows never reach the driver,
+and nothing about them leaves a worker but these sums and the per-row checks' verdicts: rows are
+validated on the driver from their metadata, every worker-side function is
+:func:`~pymc_dp.boundary.worker_safe` (an exception leaves as its type name, never its message),
+and rows travel as task dependencies, never as task arguments. With the same seeds the draws
+equal those of the in-memory run up to the rounding of the summation order.
+:func:`map_reduce_statistic` does the same for the noisy sufficient statistics of
+:func:`pymc_dp.expfam.release`, and :func:`private_embedding` for ABCDP's distance, whose public
+simulations run as tasks (:func:`stream_tasks`).
 
 How the user says it: the model holds ``pm.Data`` containers with small placeholder arrays of the
 right trailing shape (at least ``batch_size`` rows for a minibatch step, which checks it when
@@ -26,6 +30,7 @@ made), and ``pdp.sample(..., step=step, data={"X": dask_X, "y": dask_y})`` binds
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +40,16 @@ import pymc as pm
 from pymc.model import Model
 from pytensor.compile.sharedvalue import SharedVariable
 
+from pymc_dp.boundary import (
+    WITHHELD,
+    DataRefusal,
+    WorkerError,
+    check_finite,
+    check_rows,
+    guarded,
+    nonfinite_message,
+    worker_safe,
+)
 from pymc_dp.likelihood import PerRowLikelihood
 
 __all__ = [
@@ -96,18 +111,25 @@ class RowShard:
     Parameters
     ----------
     model_blob : bytes
-        The cloudpickled model with placeholder data.
+        The cloudpickled model with placeholder data and the driver's analysis of it
+        (:class:`~pymc_dp.graph.ModelGraph`): the worker sets its rows' values into the
+        containers and compiles the kernels of that analysis; it classifies nothing itself, so
+        a partition's size (0, 1, d rows) cannot change what is computed or refused. Every method
+        is :func:`~pymc_dp.boundary.worker_safe`: an exception leaves the worker as its type
+        name only.
     names : sequence of str
         The ``pm.Data`` containers the blocks fill, in order.
     blocks : sequence of sequences of arrays
         For each name, the worker's partitions (row blocks), concatenated in the given order.
     likelihood_kwargs : dict
-        ``row_dim``, ``row_axes``, ``public`` and ``compile_kwargs`` of the step.
+        ``row_dim``, ``row_axes``, ``public`` and ``compile_kwargs`` of the step (only
+        ``compile_kwargs`` is used: the analysis comes with the model).
     ranges : sequence of (int, int)
         The global rows ``[start, stop)`` of each partition, in the same order (Poisson batches
         are drawn here, for these rows).
     """
 
+    @worker_safe
     def __init__(
         self,
         model_blob: bytes,
@@ -117,27 +139,55 @@ class RowShard:
         ranges: Sequence[tuple[int, int]] = (),
     ) -> None:
         import cloudpickle
+        from pymc.pytensorf import convert_data
 
-        model = cloudpickle.loads(model_blob)
+        # the driver's analysis of the model (made on the placeholder, from public metadata):
+        # the worker classifies nothing, so its rows' count cannot change what is refused
+        model, graph = cloudpickle.loads(model_blob)
         data = {
             name: np.concatenate([np.asarray(b) for b in parts])
             for name, parts in zip(names, blocks, strict=True)
         }
-        with model:
-            pm.set_data(data)
-        self.likelihood = PerRowLikelihood(model, **dict(likelihood_kwargs))
-        self.n_rows = self.likelihood.n_rows
+        self.n_rows = int(len(next(iter(data.values()))))
         self._ranges = [(int(a), int(b)) for a, b in ranges]
+        self.likelihood = None
+        # per-row checks, reported to the driver by `check` (the driver refuses once, naming
+        # the container, whatever the partitions)
+        self._nonfinite = tuple(
+            name for name, v in data.items() if v.dtype.kind in "fc" and not np.isfinite(v).all()
+        )
+        self._unsupported: tuple[str, ...] = ()
+        if self._nonfinite:
+            return
+        for name, value in data.items():  # the values only: dims and coords are the driver's
+            model[name].set_value(convert_data(value))
+        graph = dataclasses.replace(graph, n_rows=self.n_rows)
+        self._unsupported = _outside_support(graph)
+        if self._unsupported:
+            return
+        self.likelihood = PerRowLikelihood(
+            model, graph=graph, compile_kwargs=dict(likelihood_kwargs).get("compile_kwargs")
+        )
 
+    @worker_safe
+    def check(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The bound containers holding NaN or inf, and the likelihood terms with rows outside
+        their support (at the model's initial point), among this worker's rows."""
+        return self._nonfinite, self._unsupported
+
+    @worker_safe
     def rows(self) -> int:
         return self.n_rows
 
+    @worker_safe
     def ratio(self, q_new: np.ndarray, q_old: np.ndarray, bound: np.ndarray) -> float:
         return float(self.likelihood.ratio_kernel()(q_new, q_old, bound)[0])
 
+    @worker_safe
     def grad(self, q: np.ndarray, bound: np.ndarray) -> np.ndarray:
         return np.asarray(self.likelihood.grad_kernel()(q, bound)[0])
 
+    @worker_safe
     def batch_ratio(
         self, q_new: np.ndarray, q_old: np.ndarray, bound: np.ndarray, idx: np.ndarray
     ) -> tuple[float, float]:
@@ -145,6 +195,7 @@ class RowShard:
         out = self.likelihood.ratio_kernel(batch=True, squares=True)(q_new, q_old, bound, idx)
         return float(out[0]), float(out[2])
 
+    @worker_safe
     def poisson_ratio(
         self, q_new: np.ndarray, q_old: np.ndarray, bound: np.ndarray, batch
     ) -> tuple[float, float]:
@@ -157,11 +208,32 @@ class RowShard:
         idx = np.concatenate(local) if local else np.zeros(0, dtype=np.int64)
         if not idx.size:
             return 0.0, 0.0
-        return self.batch_ratio(q_new, q_old, bound, idx)
+        out = self.likelihood.ratio_kernel(batch=True, squares=True)(q_new, q_old, bound, idx)
+        return float(out[0]), float(out[2])
 
+    @worker_safe
     def fisher(self, q: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         total, outer, _ = self.likelihood.fisher_kernel()(q, bound)
         return np.asarray(total), np.asarray(outer)
+
+
+def _outside_support(graph) -> tuple[str, ...]:
+    """Likelihood terms with a row outside its support (a -inf or NaN term at the model's
+    initial point): the in-memory refusal of :func:`pymc_dp.graph.analyse`, per row."""
+    import pytensor
+    from pytensor.compile.mode import Mode
+
+    model = graph.model
+    terms = getattr(graph, "terms", graph.observed)
+    fn = pytensor.function(
+        model.value_vars,
+        [t.term for t in terms],
+        mode=Mode(linker="py", optimizer=None),
+        on_unused_input="ignore",
+    )
+    point = model.initial_point()
+    values = fn(*[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars])
+    return tuple(t.name for t, v in zip(terms, values, strict=True) if not np.isfinite(v).all())
 
 
 # ---------------------------------------------------------------------------------- driver side
@@ -207,14 +279,7 @@ class DistributedLikelihood(PerRowLikelihood):
         return self._results(method, [getattr(shard, method)(*args) for shard in self._shards])
 
     def _results(self, method: str, futures: list):
-        try:
-            return [f.result() for f in futures]
-        except Exception as err:  # a lost worker or actor: stop, never release a partial sum
-            raise WorkerLostError(
-                f"A Dask worker holding rows failed during `{method}` ({type(err).__name__}). "
-                "The run stopped before releasing anything computed without those rows; start "
-                "it again (a new run spends a new budget)."
-            ) from None
+        return _gathered(method, futures)
 
     def draw_batch(self, rng: np.random.Generator, b: int, sampling: str):
         from pymc_dp.step_methods.minibatch import PoissonBatch
@@ -279,6 +344,21 @@ class DistributedLikelihood(PerRowLikelihood):
         return kernel
 
 
+def _gathered(method: str, futures: list) -> list:
+    """The results of actor calls; a lost worker or a failed call stops the run (never a
+    partial sum), raised without the original exception attached."""
+    failure = None
+    try:
+        return [f.result() for f in futures]
+    except Exception as err:  # noqa: BLE001 - replaced below, outside this block
+        failure = WorkerLostError(
+            f"A Dask worker holding rows failed during `{method}` ({type(err).__name__}). "
+            "The run stopped before releasing anything computed without those rows; start "
+            "it again (a new run spends a new budget)."
+        )
+    raise failure
+
+
 def _containers(model: Model, data: Mapping) -> dict[str, SharedVariable]:
     if not isinstance(data, Mapping) or not data:
         raise TypeError("`data` must be a non-empty dict {pm.Data name: rows}.")
@@ -296,23 +376,19 @@ def _containers(model: Model, data: Mapping) -> dict[str, SharedVariable]:
 
 
 def _check_shapes(containers: Mapping[str, SharedVariable], data: Mapping) -> int:
-    """Trailing shapes as the placeholders'; one row count for all. Returns n."""
-    rows = {}
-    for key, var in containers.items():
-        placeholder = var.get_value(borrow=True)
-        value = data[key]
-        shape = tuple(value.shape)
-        if len(shape) != placeholder.ndim or shape[1:] != placeholder.shape[1:]:
-            raise ValueError(
-                f"`data[{key!r}]` has shape {shape}; the placeholder of {key!r} has shape "
-                f"{placeholder.shape}: rows on axis 0, the other axes must match."
-            )
-        if any(s is None or (isinstance(s, float) and np.isnan(s)) for s in shape):
-            raise ValueError(f"`data[{key!r}]` has unknown chunk sizes: compute them first.")
-        rows[key] = int(shape[0])
+    """Validate the rows from their metadata (:func:`pymc_dp.boundary.check_rows`: trailing
+    shape, dtype PyMC stores, static shape); one row count for all, at least one row. Returns n.
+    Nothing here reads a value, so NumPy and Dask rows are refused alike."""
+    rows = {
+        key: check_rows(key, var, tuple(data[key].shape), data[key].dtype)
+        for key, var in containers.items()
+    }
     if len(set(rows.values())) != 1:
         raise ValueError(f"`data` arrays must have the same number of rows, got {rows}.")
-    return next(iter(rows.values()))
+    n = next(iter(rows.values()))
+    if n == 0:
+        raise ValueError("`data` has no rows: bind at least one row (one per person).")
+    return n
 
 
 def as_dask_array(value):
@@ -324,22 +400,27 @@ def as_dask_array(value):
 
 
 def _shards(
-    model: Model, data: Mapping, likelihood_kwargs: Mapping, client
+    model: Model, graph, data: Mapping, likelihood_kwargs: Mapping, client
 ) -> tuple[list, _Binding]:
-    """One :class:`RowShard` actor per worker holding rows, from partitions already there."""
+    """One :class:`RowShard` actor per worker holding rows, from partitions already there.
+
+    Partitions of any size are normal (dask-expr sizes them from the data): empty ones hold
+    nobody and get no shard; the shards share the driver's analysis ``graph`` and only compute.
+    NumPy rows given beside Dask rows are chunked as those (random keys: a key named by a hash
+    of the rows would be a digest of the data in every log and dashboard).
+    """
     import dask
     import dask.array as da
     from distributed import futures_of, wait
 
     names = list(data)
-    arrays = {k: as_dask_array(v) for k, v in data.items()}
-    first = arrays[names[0]]
+    first = next(a for a in data.values() if isinstance(a, da.Array))
     chunks = first.chunks[0]
     arrays = {
         k: (a if a.chunks[0] == chunks else a.rechunk({0: chunks}))
         if isinstance(a, da.Array)
-        else da.from_array(np.asarray(a), chunks=(chunks,) + tuple(-1 for _ in a.shape[1:]))
-        for k, a in arrays.items()
+        else da.from_array(a, chunks=(chunks,) + tuple(-1 for _ in a.shape[1:]), name=False)
+        for k, a in data.items()
     }
     # one block per row partition (all trailing axes in one chunk)
     arrays = {k: a.rechunk({i: -1 for i in range(1, a.ndim)}) for k, a in arrays.items()}
@@ -350,41 +431,80 @@ def _shards(
         k: [by_key[key] for key in dask.core.flatten(a.__dask_keys__())]
         for k, a in persisted.items()
     }
-    owners = client.who_has([f for f in blocks[names[0]]])
+    sizes_all = np.asarray(chunks, dtype=np.int64)
+    starts_all = np.concatenate([[0], np.cumsum(sizes_all)[:-1]]).astype(np.int64)
+    kept = [i for i, size in enumerate(sizes_all) if size > 0]
+    owners = client.who_has([blocks[names[0]][i] for i in kept])
     by_worker: dict[str, list[int]] = {}
-    for i, f in enumerate(blocks[names[0]]):
-        worker = sorted(owners[f.key])[0]
-        by_worker.setdefault(worker, []).append(i)
-    sizes = np.asarray(chunks, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    owner = np.zeros(len(sizes), dtype=np.int64)
-    offset = np.zeros(len(sizes), dtype=np.int64)
+    for j, i in enumerate(kept):  # j: index among the kept (non-empty) partitions
+        worker = sorted(owners[blocks[names[0]][i].key])[0]
+        by_worker.setdefault(worker, []).append(j)
+    sizes, starts = sizes_all[kept], starts_all[kept]
+    owner = np.zeros(len(kept), dtype=np.int64)
+    offset = np.zeros(len(kept), dtype=np.int64)
     for w, (_, idx) in enumerate(sorted(by_worker.items())):
         owner[idx] = w
         offset[idx] = np.concatenate([[0], np.cumsum(sizes[idx])[:-1]])
-    blob = _dumps(model)
-    actors = []
+    blob = _dumps((model, graph))
+    futures = []
     for worker, idx in sorted(by_worker.items()):
-        parts = [[blocks[k][i] for i in idx] for k in names]
-        ranges = [(int(starts[i]), int(starts[i] + sizes[i])) for i in idx]
-        future = client.submit(
-            RowShard,
-            blob,
-            names,
-            parts,
-            dict(likelihood_kwargs),
-            ranges,
-            workers=[worker],
-            allow_other_workers=False,
-            actor=True,
-            pure=False,
+        parts = [[blocks[k][kept[j]] for j in idx] for k in names]
+        ranges = [(int(starts[j]), int(starts[j] + sizes[j])) for j in idx]
+        futures.append(
+            client.submit(
+                RowShard,
+                blob,
+                names,
+                parts,
+                dict(likelihood_kwargs),
+                ranges,
+                workers=[worker],
+                allow_other_workers=False,
+                actor=True,
+                pure=False,
+            )
         )
-        actors.append(future.result())
+    actors = [guarded("Building the row shards on the workers", f.result) for f in futures]
+    _refuse_bad_rows(graph, names, _gathered("check", [a.check() for a in actors]))
     return actors, _Binding(int(sizes.sum()), STEP_LOCATION, starts, owner, offset)
+
+
+def _refuse_bad_rows(graph, names: Sequence[str], reports: Sequence) -> None:
+    """Refuse, as in memory, rows some worker found non-finite or outside a term's support:
+    one refusal for all the workers' reports (they cover every row), in a fixed order (the
+    containers as given, then the likelihood terms), so the same rows give the same error
+    whatever their partitions."""
+    nonfinite = {name for bad, _ in reports for name in bad}
+    unsupported = {name for _, bad in reports for name in bad}
+    for name in names:
+        if name in nonfinite:
+            raise ValueError(nonfinite_message(name))
+    for term in getattr(graph, "terms", graph.observed):
+        if term.name in unsupported:
+            what = "Observed variable" if term.value is not None else "Per-row potential"
+            raise ValueError(
+                f"{what} '{term.name}' has values outside the support of its distribution "
+                "(its log-density is -inf or NaN at the model's initial point). Correct or drop "
+                "those rows before modelling: one such row would change how the sampler behaves, "
+                "which no privacy accountant sees."
+            )
+
+
+def _set_data(model: Model, values: Mapping[str, np.ndarray]) -> None:
+    with model:
+        pm.set_data(dict(values))
 
 
 def bind_data(step, data: Mapping, client=None):
     """Bind the rows of ``data`` to the model of ``step``; return a step rebuilt on them.
+
+    The rows are validated before anything is bound, from their metadata (trailing shape, a
+    dtype PyMC stores in the container without loss, one row count, at least one row), and
+    in-memory rows also for NaN and inf; rows in a cluster are checked per row on the workers
+    (NaN or inf, values outside a likelihood term's support) and refused once, on the driver.
+    What is refused never depends on how the rows are partitioned. Errors from PyMC, PyTensor,
+    NumPy or Dask while binding are replaced by :class:`~pymc_dp.boundary.DataBoundaryError`
+    (their messages print the rows).
 
     Parameters
     ----------
@@ -405,26 +525,80 @@ def bind_data(step, data: Mapping, client=None):
         raise NotImplementedError(
             f"{type(step).__name__} cannot read rows held in a Dask cluster: bind NumPy arrays."
         )
+    names = list(data)
     if not dask_values:
-        _check_shapes(containers, {k: np.asarray(v) for k, v in data.items()})
-        with model:
-            pm.set_data({k: np.asarray(v) for k, v in data.items()})
-        return step.rebuild()
+        values = {k: guarded(f"Reading `data[{k!r}]`", np.asarray, v) for k, v in data.items()}
+        _check_shapes(containers, values)
+        for k, v in values.items():
+            check_finite(k, v)
+        guarded(f"Binding the rows of {names}", _set_data, model, values)
+        return guarded(f"Building {type(step).__name__} on the rows of {names}", step.rebuild)
     distributed = require_distributed()
-    values = {k: as_dask_array(v) for k, v in data.items()}
+    values = {
+        k: (
+            guarded(f"Reading `data[{k!r}]`", as_dask_array, v)
+            if is_dask(v)
+            else guarded(f"Reading `data[{k!r}]`", np.asarray, v)
+        )
+        for k, v in data.items()
+    }
     n = _check_shapes(containers, values)
     client = client or distributed.get_client()
-    shards, binding = _shards(model, values, step.likelihood_kwargs, client)
+    graph = step.likelihood.graph
+    shards, binding = _shards(model, graph, values, step.likelihood_kwargs, client)
     if binding.n_rows != n:
         raise RuntimeError(f"the workers hold {binding.n_rows} rows, the arrays declare {n}")
-    lik = DistributedLikelihood(model, shards, binding, **step.likelihood_kwargs)
-    return step.rebuild(likelihood=lik)
+    lik = DistributedLikelihood(model, shards, binding, graph=graph, **step.likelihood_kwargs)
+    return guarded(
+        f"Building {type(step).__name__} on the rows of {names}", step.rebuild, likelihood=lik
+    )
+
+
+class _Captured:
+    """``fn(block, *args)`` on a worker, its outcome returned instead of raised: ``("ok",
+    result)``, ``("refused", rank, text)`` for a :class:`~pymc_dp.boundary.DataRefusal`, or
+    ``("failed", type name)``. No exception leaves the worker (nothing for its log, no chained
+    original with values), and the driver sees every partition's outcome, so it reports the same
+    refusal whatever the partitioning."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self, *args):
+        try:
+            return ("ok", self.fn(*args))
+        except DataRefusal as err:
+            return ("refused", err.rank, str(err))
+        except Exception as err:  # noqa: BLE001 - only its type name leaves the worker
+            return ("failed", type(err).__name__)
+
+    def __repr__(self) -> str:
+        return f"captured({getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+def _outcomes(outcomes: Sequence, name: str) -> list:
+    """The partitions' results, or one refusal for all of them: the per-row check that runs
+    first in memory (lowest rank), else a :class:`~pymc_dp.boundary.WorkerError` naming the
+    exception types only."""
+    refused = sorted((o[1], o[2]) for o in outcomes if o[0] == "refused")
+    failed = sorted({o[1] for o in outcomes if o[0] == "failed"})
+    if refused:
+        rank, text = refused[0]
+        raise DataRefusal(text, rank)
+    if failed:
+        raise WorkerError(f"{', '.join(failed)} in {name} on a Dask worker; {WITHHELD}.")
+    return [o[1] for o in outcomes]
 
 
 def map_partitions(fn, data, *args, client=None) -> list:
     """``fn(block, *args)`` for each non-empty row partition of a Dask collection, run on the
     workers of ``client`` (default: Dask's current scheduler), all trailing axes in one block;
-    the results in row order."""
+    the results in row order.
+
+    Rows travel as task dependencies (never in a task's arguments). A
+    :class:`~pymc_dp.boundary.DataRefusal` raised by ``fn`` is raised here, the first check in
+    the in-memory order over all partitions; any other exception only by its type name
+    (:class:`~pymc_dp.boundary.WorkerError`)."""
     require_distributed()
     import dask
 
@@ -433,21 +607,31 @@ def map_partitions(fn, data, *args, client=None) -> list:
     blocks = [
         b for b, size in zip(array.to_delayed().ravel(), array.chunks[0], strict=True) if size != 0
     ]
-    tasks = [dask.delayed(fn)(b, *args) for b in blocks]
+    captured = _Captured(fn)
+    tasks = [dask.delayed(captured)(b, *args) for b in blocks]
     if client is not None:
-        return list(client.compute(tasks, sync=True))
-    return list(dask.compute(*tasks))
+        outcomes = guarded("Computing on the row partitions", client.compute, tasks, sync=True)
+    else:
+        outcomes = guarded("Computing on the row partitions", dask.compute, *tasks)
+    return _outcomes(list(outcomes), getattr(fn, "__name__", "a partition task"))
+
+
+def _statistic(block: np.ndarray, family) -> tuple[np.ndarray, int]:
+    return family.statistic(block)
 
 
 def map_reduce_statistic(family, data) -> tuple[np.ndarray, int]:
     """``family.statistic`` of rows held in a Dask collection: per row partition on the workers,
     summed here. The statistic is a sum over rows of bounded (truncated) terms, so the sum of the
     partitions' statistics is exactly the statistic of all rows; the noise is added once, by the
-    caller (:func:`pymc_dp.expfam.release`). Partitions with no rows are skipped."""
-    parts = map_partitions(lambda block: family.statistic(block), data)
-    if not parts:
-        array = as_dask_array(data)
+    caller (:func:`pymc_dp.expfam.release`). The shape is checked here, once, from the metadata
+    (``family.check_shape``), and no rows at all as in memory; partitions with no rows are
+    skipped; the per-row checks run on the workers and are reported as in memory."""
+    array = as_dask_array(data)
+    family.check_shape(tuple(array.shape))
+    if array.shape[0] == 0:
         return family.statistic(np.zeros((0,) + array.shape[1:], dtype=array.dtype))
+    parts = map_partitions(_statistic, array, family)
     total = np.sum([np.asarray(s) for s, _ in parts], axis=0)
     return total, int(sum(n for _, n in parts))
 
@@ -455,7 +639,7 @@ def map_reduce_statistic(family, data) -> tuple[np.ndarray, int]:
 def _observed_sum(block: np.ndarray, distance, name: str) -> tuple[np.ndarray, int]:
     block = np.asarray(block, dtype=np.float64)
     if not np.all(np.isfinite(block)):  # the in-memory check, per partition
-        raise ValueError(f"The observed data of `{name}` contains NaN or inf.")
+        raise DataRefusal(f"The observed data of `{name}` contains NaN or inf.")
     return distance.observed_sum(block), len(block)
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import arviz_base
 import numpy as np
-import pymc as pm
 import pytensor.tensor as pt
 from numpy.typing import NDArray
 from pymc.model import Model, modelcontext
@@ -285,22 +284,24 @@ def _bind(spec: SimulatorModel, distance: Distance, data: Any, client: Any) -> S
                 f"container the simulator `{spec.name}` observes."
             )
         data = data[value.name]
-    from pymc_dp.distributed import as_dask_array, is_dask, require_distributed
+    from pymc_dp.boundary import check_rows, guarded
+    from pymc_dp.distributed import _set_data, as_dask_array, is_dask, require_distributed
 
     placeholder = value.get_value(borrow=True)
-    rows = as_dask_array(data) if is_dask(data) else np.asarray(data)
+    read = as_dask_array if is_dask(data) else np.asarray
+    rows = guarded("Reading `data`", read, data)
     shape = tuple(rows.shape)
     if len(shape) != placeholder.ndim or shape[1:] != placeholder.shape[1:]:
         raise ValueError(
             f"`data` has shape {shape}; the placeholder of {value.name!r} has shape "
             f"{placeholder.shape}: rows on axis 0, the other axes must match."
         )
-    if not is_dask(rows):
-        with model:
-            pm.set_data({value.name: rows})
-        return simulator_model(model)
     if any(not isinstance(k, int | np.integer) for k in shape):
         raise ValueError("`data` has unknown chunk sizes: compute them first.")
+    check_rows(value.name, value, shape, rows.dtype)  # a dtype PyMC stores: from metadata
+    if not is_dask(rows):
+        guarded(f"Binding the rows of {[value.name]}", _set_data, model, {value.name: rows})
+        return guarded(f"Reading the rows of {[value.name]}", simulator_model, model)
     if shape[0] == 0:
         raise ValueError("`data` must have at least one row (leading axis).")
     if not distance.row_summable:
@@ -565,6 +566,16 @@ def _compared(private: NDArray, distance: Distance, embedded):
         yield values, distance.compare(private, emb)
 
 
+def _people_dims(spec: SimulatorModel) -> set[str]:
+    """Dims that index people: the row dim of the observed simulator and of its container."""
+    model = spec.model
+    value = model.rvs_to_values[model[spec.name]]
+    names = [spec.name] + ([value.name] if isinstance(value, SharedVariable) else [])
+    return {
+        dims[0] for name in names if (dims := model.named_vars_to_dims.get(name) or ()) and dims[0]
+    }
+
+
 def _to_datatree(
     spec: SimulatorModel,
     accepted: dict[str, list[NDArray]],
@@ -583,7 +594,13 @@ def _to_datatree(
         if name in model.named_vars_to_dims
     }
     used = {d for ds in dims.values() for d in ds}
-    coords = {d: np.asarray(v) for d, v in model.coords.items() if d in used and v is not None}
+    people = _people_dims(spec)
+    # coordinates of a dim that indexes people (names, ids) would publish who is in the data
+    coords = {
+        d: (np.arange(len(v)) if d in people else np.asarray(v))
+        for d, v in model.coords.items()
+        if d in used and v is not None
+    }
     tree = arviz_base.from_dict(
         {"posterior": posterior},
         dims=dims,

@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import log_ndtr
 
 from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.boundary import DataRefusal
 
 __all__ = [
     "Binomial",
@@ -56,27 +57,42 @@ Array = NDArray[np.float64]
 
 
 # --------------------------------------------------------------------------------- validation
-def _data_array(data: ArrayLike, ndim: tuple[int, ...] = (1,)) -> Array:
-    """``data`` as a float array, one row per person; a ValueError names ``data`` otherwise."""
+def _data_array(data: ArrayLike, check_shape: Callable[[tuple[int, ...]], None]) -> Array:
+    """``data`` as a float array, one row per person; a ValueError names ``data`` otherwise.
+    ``check_shape`` is the family's :meth:`Family.check_shape`."""
     try:
         arr = np.asarray(data, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"`data` must be a numeric array, got {type(data).__name__}") from None
-    if arr.ndim not in ndim:
-        raise ValueError(
-            f"`data` must have {' or '.join(map(str, ndim))} dimension(s) (one row per person), "
-            f"got shape {arr.shape}"
-        )
+    except (TypeError, ValueError):  # NumPy's message quotes the value it could not convert
+        arr = None
+    if arr is None:  # raised outside the except block: the original is not even its context
+        raise ValueError(f"`data` must be a numeric array, got {type(data).__name__}")
+    check_shape(arr.shape)
     if arr.shape[0] == 0:
         raise ValueError("`data` is empty: n must be >= 1")
     if not np.all(np.isfinite(arr)):
-        raise ValueError("`data` contains NaN or inf")
+        raise DataRefusal("`data` contains NaN or inf", rank=_RANK_FINITE)
     return arr
+
+
+#: The order of the per-row checks (:class:`~pymc_dp.boundary.DataRefusal`): over row partitions
+#: the lowest rank found is reported, the check an in-memory call reports first.
+_RANK_FINITE, _RANK_INTEGER, _RANK_SUPPORT = 1, 2, 3
+
+
+def _check_shape(shape: tuple[int, ...], ndim: tuple[int, ...]) -> None:
+    """From the shape alone (the whole data set's, also for rows held in a cluster)."""
+    if len(shape) not in ndim:
+        raise ValueError(
+            f"`data` must have {' or '.join(map(str, ndim))} dimension(s) (one row per person), "
+            f"got shape {tuple(shape)}"
+        )
 
 
 def _check_integers(arr: Array, what: str) -> None:
     if not np.all(arr == np.round(arr)):
-        raise ValueError(f"`data` must hold integers ({what}); got non-integer values")
+        raise DataRefusal(
+            f"`data` must hold integers ({what}); got non-integer values", rank=_RANK_INTEGER
+        )
 
 
 def _prior_array(prior: ArrayLike, size: int, names: str, family: str) -> Array:
@@ -151,6 +167,11 @@ class Family(ABC):
     @abstractmethod
     def sensitivity(self) -> float:
         """L1 sensitivity of the released statistic under replace-one neighbours."""
+
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        """Refuse data of this shape (one record per row); reads the shape only, so rows held
+        in a cluster are checked once, from their metadata, whatever their partitions."""
+        _check_shape(shape, (1,))
 
     @abstractmethod
     def statistic(self, data: ArrayLike) -> tuple[Array, int]:
@@ -240,12 +261,13 @@ class Binomial(Family):
         return float(self.trials)
 
     def statistic(self, data: ArrayLike) -> tuple[Array, int]:
-        x = _data_array(data)
+        x = _data_array(data, self.check_shape)
         _check_integers(x, f"counts of successes out of trials={self.trials}")
         if np.any((x < 0) | (x > self.trials)):
-            raise ValueError(
+            raise DataRefusal(
                 f"`data` outside the support {{0, ..., {self.trials}}} of the binomial family "
-                f"with trials={self.trials}"
+                f"with trials={self.trials}",
+                rank=_RANK_SUPPORT,
             )
         return np.array([x.sum()]), int(x.shape[0])
 
@@ -311,29 +333,35 @@ class Multinomial(Family):
     def theta_shape(self) -> tuple[int, ...]:
         return (self.categories,)
 
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        _check_shape(shape, (1, 2))
+        k = self.categories
+        if len(shape) == 1 and self.trials != 1:
+            raise ValueError(
+                "`data` of category labels needs trials=1; pass an (n, categories) array of "
+                f"counts for trials={self.trials}"
+            )
+        if len(shape) == 2 and shape[1] != k:
+            raise ValueError(f"`data` must have {k} columns (categories), got shape {tuple(shape)}")
+
     def statistic(self, data: ArrayLike) -> tuple[Array, int]:
-        x = _data_array(data, ndim=(1, 2))
+        x = _data_array(data, self.check_shape)
         k = self.categories
         if x.ndim == 1:
-            if self.trials != 1:
-                raise ValueError(
-                    "`data` of category labels needs trials=1; pass an (n, categories) array of "
-                    f"counts for trials={self.trials}"
-                )
             _check_integers(x, "category labels")
             if np.any((x < 0) | (x >= k)):
-                raise ValueError(
+                raise DataRefusal(
                     f"`data` outside the support {{0, ..., {k - 1}}} of the categorical family "
-                    f"with categories={k}"
+                    f"with categories={k}",
+                    rank=_RANK_SUPPORT,
                 )
             return np.bincount(x.astype(np.int64), minlength=k).astype(np.float64), x.shape[0]
-        if x.shape[1] != k:
-            raise ValueError(f"`data` must have {k} columns (categories), got shape {x.shape}")
         _check_integers(x, "counts per category")
         if np.any(x < 0) or np.any(x.sum(axis=1) != self.trials):
-            raise ValueError(
+            raise DataRefusal(
                 f"`data` outside the support of the multinomial family: every row must hold "
-                f"non-negative counts summing to trials={self.trials}"
+                f"non-negative counts summing to trials={self.trials}",
+                rank=_RANK_SUPPORT,
             )
         return x.sum(axis=0), int(x.shape[0])
 
@@ -401,12 +429,15 @@ class TruncatedFamily(Family):
         return max(b, 0.0) - min(a, 0.0)
 
     def statistic(self, data: ArrayLike) -> tuple[Array, int]:
-        x = _data_array(data)
+        x = _data_array(data, self.check_shape)
         lo, hi = self.support
         if self.integer:
             _check_integers(x, f"{self.name} counts")
         if np.any((x < lo) | (x > hi)):
-            raise ValueError(f"`data` outside the support [{lo}, {hi}] of the {self.name} family")
+            raise DataRefusal(
+                f"`data` outside the support [{lo}, {hi}] of the {self.name} family",
+                rank=_RANK_SUPPORT,
+            )
         a, b = self.bounds
         inside = (x >= a) & (x <= b)
         return np.array([x[inside].sum()]), int(x.shape[0])
