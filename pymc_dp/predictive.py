@@ -5,7 +5,8 @@ at the *private* covariates (a function of the data) and, with ``extend_inferenc
 ``observed_data`` back into the result; ``pm.compute_log_likelihood`` computes the exact per-row
 log-likelihoods. Neither output is releasable. :func:`posterior_predictive` is the safe path: it
 binds new public values to the model's ``pm.Data`` containers, refuses if the predictive graph
-would still read private data, and returns only the ``predictions`` group.
+would still read private data, refuses new data that are the private rows, and returns by
+whitelist: the ``predictions`` group with the requested variables and the new data given.
 """
 
 from __future__ import annotations
@@ -54,14 +55,24 @@ def posterior_predictive(
     Returns
     -------
     DataTree
-        Only the group ``predictions`` (and ``predictions_constant_data``: the public new data).
+        Built by whitelist, as :func:`pymc_dp.sample`'s result: the group ``predictions`` with
+        the requested variables only, and ``predictions_constant_data`` with at most the arrays
+        given in ``new_data`` (never another container of the model, nor the zeros put in the
+        observed containers). Coordinates of dims that index people become ``0 .. m-1``; group
+        attrs other than software versions are dropped.
 
     Raises
     ------
     ValueError
-        If a key is not a ``pm.Data`` container, or if the predictive graph would read private
-        data that ``new_data`` does not replace (for example covariates embedded as NumPy arrays).
+        If a key is not a ``pm.Data`` container; if a ``new_data`` array holds the values of
+        private data (the rows the model was fitted to, or their transpose: predictions at the
+        people's own covariates are functions of their data), naming the container; or if the
+        predictive graph would read private data that ``new_data`` does not replace (for example
+        covariates embedded as NumPy arrays).
     """
+    from pymc_dp.boundary import guarded
+    from pymc_dp.sampling import _clean_dataset
+
     model = modelcontext(model)
     if "posterior" not in idata.children:
         raise ValueError("`idata` has no posterior group.")
@@ -71,7 +82,15 @@ def posterior_predictive(
     if unknown:
         raise ValueError(f"`new_data` names {sorted(unknown)}, which are not pm.Data containers.")
     targets = list(var_names) if var_names is not None else [rv.name for rv in model.observed_RVs]
-    values = {k: np.asarray(v) for k, v in new_data.items()}
+    values = {k: guarded(f"Reading `new_data[{k!r}]`", np.asarray, v) for k, v in new_data.items()}
+    for name, value in values.items():
+        if graph.matches_private(value):
+            raise ValueError(
+                f"`new_data[{name!r}]` holds the values of private data the model was fitted to "
+                "(the rows, or their transpose): predictions there are functions of the people's "
+                f"data, not of public covariates. Give new, public values for {name!r}."
+            )
+    given = set(values)
     rows = _new_row_count(graph, containers, values)
     observed = {o.value for o in graph.observed} | {
         model.rvs_to_values[rv] for rv in model.observed_RVs
@@ -94,21 +113,42 @@ def posterior_predictive(
         )
     saved = {k: containers[k].get_value() for k in values}
     try:
-        with model:
-            pm.set_data(values)
-            pp = pm.sample_posterior_predictive(
-                idata,
-                var_names=targets,
-                predictions=True,
-                extend_inferencedata=False,
-                random_seed=random_seed,
-                progressbar=False,
-            )
+        pp = guarded(
+            f"Predicting {targets}",
+            _predict,
+            model,
+            values,
+            idata,
+            targets,
+            random_seed,
+        )
     finally:
-        with model:
-            pm.set_data(saved)
-    keep = {g: pp[g].to_dataset() for g in ("predictions", "predictions_constant_data") if g in pp}
-    return DataTree.from_dict(keep)
+        guarded("Restoring the model's data", _set_data, model, saved)
+    people = graph.row_dim_names
+    out = {"predictions": _clean_dataset(pp["predictions"].to_dataset(), set(targets), people)}
+    if given and "predictions_constant_data" in pp.children:
+        data = _clean_dataset(pp["predictions_constant_data"].to_dataset(), given, people)
+        if data.data_vars:
+            out["predictions_constant_data"] = data
+    return DataTree.from_dict(out)
+
+
+def _set_data(model, values) -> None:
+    with model:
+        pm.set_data(values)
+
+
+def _predict(model, values, idata, targets, random_seed) -> DataTree:
+    _set_data(model, values)
+    with model:
+        return pm.sample_posterior_predictive(
+            idata,
+            var_names=targets,
+            predictions=True,
+            extend_inferencedata=False,
+            random_seed=random_seed,
+            progressbar=False,
+        )
 
 
 def _new_row_count(graph, containers, values) -> int | None:
