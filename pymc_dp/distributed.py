@@ -532,6 +532,7 @@ def bind_data(step, data: Mapping, client=None):
         for k, v in values.items():
             check_finite(k, v)
         guarded(f"Binding the rows of {names}", _set_data, model, values)
+        step.claim_run()
         return guarded(f"Building {type(step).__name__} on the rows of {names}", step.rebuild)
     distributed = require_distributed()
     values = {
@@ -549,6 +550,7 @@ def bind_data(step, data: Mapping, client=None):
     if binding.n_rows != n:
         raise RuntimeError(f"the workers hold {binding.n_rows} rows, the arrays declare {n}")
     lik = DistributedLikelihood(model, shards, binding, graph=graph, **step.likelihood_kwargs)
+    step.claim_run()
     return guarded(
         f"Building {type(step).__name__} on the rows of {names}", step.rebuild, likelihood=lik
     )

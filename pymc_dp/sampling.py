@@ -20,6 +20,7 @@ from xarray import DataTree
 
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.accounting.ledger import GAUSSIAN_ACCOUNTANT, LEDGER_ATTR, PrivacyLedger
+from pymc_dp.boundary import guarded
 from pymc_dp.diagnostics import dp_warnings
 from pymc_dp.diagnostics import warn as dp_warn
 from pymc_dp.graph import ModelGraph, analyse
@@ -195,13 +196,8 @@ def sample(
     if step.likelihood.model is not model:
         raise ValueError("`step` was built for another model than the one sampled.")
     step.check_data()
-    if step.spent or (data is not None and not step._spend.claim("bind")):
-        raise PrivacyBudgetError(
-            f"This {type(step).__name__} has run before: a step is spent once (its noise was "
-            "calibrated for one run, and a second one would release the data again while the "
-            "report still says epsilon). Build a new step, or step.renew() (same compiled "
-            "kernels, a budget of its own)."
-        )
+    if step.spent:
+        raise PrivacyBudgetError(step.spent_message())
     if data is not None:
         from pymc_dp.distributed import DistributedLikelihood, bind_data
 
@@ -239,8 +235,10 @@ def sample(
         d.name for d in model.deterministics if d.name not in graph.private_deterministics
     ]
     step.use_plan(plan)
-    try:
-        idata = pm.sample(
+    try:  # PyMC's and PyTensor's errors while sampling may print inputs: replaced
+        idata = guarded(
+            f"Sampling with {type(step).__name__}",
+            pm.sample,
             draws=draws,
             tune=tune,
             chains=chains,

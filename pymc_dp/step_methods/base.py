@@ -43,6 +43,7 @@ from pymc_dp.accounting._validate import (
     check_positive,
 )
 from pymc_dp.accounting.ledger import PrivacyLedger
+from pymc_dp.boundary import guarded
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
@@ -196,8 +197,23 @@ class DPStep(ArrayStepShared):
 
     @property
     def spent(self) -> bool:
-        """Whether a chain of this step has read the data (a second run is refused)."""
+        """Whether a chain of this step has read the data, or rows were bound to it for a run
+        (``pdp.sample(data=)``): a second run is refused."""
         return self._spend.spent
+
+    def spent_message(self) -> str:
+        return (
+            f"This {type(self).__name__} has run before: a step is spent once (its noise was "
+            "calibrated for one run, and a second one would release the data again while the "
+            "report still says epsilon). Build a new step, or step.renew() (same compiled "
+            "kernels, a budget of its own)."
+        )
+
+    def claim_run(self) -> None:
+        """Mark the step as used for a run on rows bound to it (``pdp.sample(data=)``: the
+        rebuilt step spends); refuse if it was used before."""
+        if not self._spend.claim("bind"):
+            raise PrivacyBudgetError(self.spent_message())
 
     def check_data(self) -> None:
         """Refuse if the model's ``pm.Data`` changed since the step was built (reads no more
@@ -283,7 +299,14 @@ class DPStep(ArrayStepShared):
         )
         if likelihood is not None and likelihood.model is not model:
             raise ValueError("`likelihood` was built for another model.")
-        self.likelihood = likelihood or PerRowLikelihood(model, vars, **self.likelihood_kwargs)
+        # the analysis evaluates graphs on the rows: PyTensor's errors there print inputs
+        self.likelihood = likelihood or guarded(
+            f"Analysing the model for {type(self).__name__}",
+            PerRowLikelihood,
+            model,
+            vars,
+            **self.likelihood_kwargs,
+        )
         self._fingerprint = data_fingerprint(model)
         self._spend = SpendRecord()
         self.n_rows = self.likelihood.n_rows
