@@ -793,7 +793,7 @@ ANALYSIS_CASES = {
 }
 
 
-@settings(max_examples=18, **COMMON)
+@settings(max_examples=16, **COMMON)
 @given(spec=specs(), invariance=_weighted(1, 1), zero_tuning=_weighted(1, 6))
 def test_every_model_is_accepted_counted_or_refused_by_name(spec, invariance, zero_tuning):
     """Analysis level (no sampling), random models: see :func:`check_analysis`."""
