@@ -901,24 +901,32 @@ def _distinct_rows(value: np.ndarray, axis: int, rng: np.random.Generator) -> np
 def _check_row_local(graph: ModelGraph) -> None:
     """Replacing one person's row may change that row's log-likelihood term only.
 
-    Evaluated on the data with row ``j`` of every per-row input replaced by row ``k`` (pairs from
-    a fixed public generator, at two public parameter points): every other term must stay the
-    same. A likelihood that standardises by ``X.mean()`` or reads ``y[i - 1]`` fails.
+    Evaluated on the data with row ``j`` of every per-row input replaced by row ``k``, and (float
+    inputs) by a far-off value, for pairs from a fixed public generator at public parameter
+    points: every other term must stay the same, to the last bits (a row-local graph computes
+    each row from that row alone). Also checked on the model's own graph of the observed
+    variables' parameters, before PyMC's rewrites fold ``X - X.mean()`` of an embedded NumPy
+    array into a new constant that looks row-local. A likelihood that standardises by
+    ``X.mean()`` or reads ``y[i - 1]`` fails.
     """
     model = graph.model
     inputs = [i for i in graph.row_inputs if i.var.owner is None]
     syms = [i.var.type() for i in inputs]
-    rows = clone_replace(graph.rows, dict(zip([i.var for i in inputs], syms, strict=True)))
+    swap = dict(zip([i.var for i in inputs], syms, strict=True))
     fn = pytensor.function(
-        [*model.value_vars, *syms], rows, mode=_CHECK_MODE, on_unused_input="ignore"
+        [*model.value_vars, *syms],
+        clone_replace(graph.rows, swap),
+        mode=_CHECK_MODE,
+        on_unused_input="ignore",
     )
+    params, axes = _forward_parameters(graph, swap, syms)
     rng = np.random.default_rng(20261123)  # public: which rows and points are compared
     # rows that are all alike (the placeholders of rows bound later, pdp.sample(data=)) cannot
     # show a dependence between rows: check the structure on public random rows instead
     values = [_distinct_rows(_value_of(i.var), i.row_axis, rng) for i in inputs]
     point = model.initial_point()
     n = graph.n_rows
-    for trial in range(4):
+    for trial in range(6):
         jitter = 0.3 * (trial % 2)  # continuous variables only
         args = [
             np.asarray(point[v.name], dtype=v.dtype)
@@ -926,18 +934,15 @@ def _check_row_local(graph: ModelGraph) -> None:
             for v in model.value_vars
         ]
         j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
-        moved = []
-        for i, v in zip(inputs, values, strict=True):
-            w = np.array(v, copy=True)
-            src = np.take(v, [k], axis=i.row_axis)
-            idx = [slice(None)] * v.ndim
-            idx[i.row_axis] = slice(j, j + 1)
-            w[tuple(idx)] = src
-            moved.append(w)
-        base, out = fn(*args, *values), fn(*args, *moved)
-        changed = ~np.isclose(base, out, rtol=1e-9, atol=1e-12, equal_nan=True)
-        changed[j] = False
-        if np.any(changed):
+        moved = [
+            _replace_row(v, i.row_axis, j, k, far=trial >= 4)
+            for i, v in zip(inputs, values, strict=True)
+        ]
+        with np.errstate(all="ignore"):
+            pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
+            if params is not None:
+                pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
+        if any(_other_rows_changed(a, b, axis, j, n) for a, b, axis in pairs):
             names = ", ".join(i.label for i in inputs)
             raise ValueError(
                 "The log-likelihood of one row depends on other rows (checked by replacing one "
@@ -946,3 +951,52 @@ def _check_row_local(graph: ModelGraph) -> None:
                 "as X.mean() from public constants, outside the model; or, if an input's row "
                 "axis was inferred wrongly, give `row_axes`."
             )
+
+
+def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.ndarray:
+    """``value`` with row ``j`` replaced by row ``k`` (``far``: float rows also moved far off,
+    so that an aggregate over rows moves by more than rounding)."""
+    out = np.array(value, copy=True)
+    src = np.take(value, [k], axis=axis)
+    if far and value.dtype.kind == "f":
+        src = src + 1e3 * (1.0 + np.abs(src))
+    idx = [slice(None)] * value.ndim
+    idx[axis] = slice(j, j + 1)
+    out[tuple(idx)] = src
+    return out
+
+
+def _other_rows_changed(a, b, axis: int | None, j: int, n: int) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    same = np.isclose(a, b, rtol=1e-12, atol=0.0, equal_nan=True) | (a == b)
+    if axis is not None and a.ndim > axis and a.shape[axis] == n:
+        same = np.moveaxis(same, axis, 0).copy()
+        same[j] = True
+    return not bool(np.all(same))
+
+
+def _forward_parameters(graph: ModelGraph, swap: dict, syms: list):
+    """A function of (value variables, per-row inputs) giving the observed variables' parameters
+    from the model's own graph, and each parameter's row axis (None: it has none and must not
+    move at all). None if that graph cannot be evaluated alone (e.g. it draws randomness)."""
+    model = graph.model
+    params, axes = [], []
+    for o in graph.observed:
+        rv = model[o.name]
+        ndim = rv.type.ndim
+        for p in rv.owner.inputs:
+            if not isinstance(p.type, TensorType) or p.type.ndim > ndim:
+                continue
+            axis = o.row_axis - (ndim - p.type.ndim)
+            params.append(p)
+            axes.append(axis if axis >= 0 else None)
+    if not params:
+        return None, []
+    try:
+        outs = [clone_replace(p, swap) for p in model.replace_rvs_by_values(params)]
+        fn = pytensor.function(
+            [*model.value_vars, *syms], outs, mode=_CHECK_MODE, on_unused_input="ignore"
+        )
+    except Exception:  # noqa: BLE001 - an extra check; the log-likelihood check stands alone
+        return None, []
+    return fn, axes

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -320,3 +321,36 @@ def test_a_step_whose_warm_start_fails_names_the_budget_spent():
         pm.Normal("y", mu, s, observed=y)
         with pytest.raises(WarmStartError, match=r"epsilon = 1 at delta"):
             pdp.DPLaplace(epsilon=1.0, grad_clip=2.0, noise_seed=0)
+
+
+# ------------------------------------------ row-locality where rounding or rewrites hid it
+def test_an_aggregate_below_the_rounding_tolerance_is_not_row_local():
+    """Found by the fuzz test: a per-row potential centred by the private mean, on a scale where
+    the other rows' terms moved by 1e-12 (under the old absolute tolerance)."""
+    y = 1234.5678 + 0.0013 * np.arange(21)
+    with pm.Model():
+        y_data = pm.Data("y_data", y)
+        intercept = pm.Normal("intercept", 0, 5)
+        pm.Normal("y_obs", intercept, 1.0, observed=y_data)
+        pm.Potential("pot_agg", -0.5 * ((y_data - y_data.mean() - intercept) / 1000) ** 2)
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_numpy_covariates_centred_inside_the_model_are_not_row_local(transposed):
+    """Found by the fuzz test: PyMC's rewrites fold X - X.mean() of an embedded NumPy array into
+    a new constant, whose per-row terms look row-local; the model's own graph shows the mean."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(21, 2)), rng.normal(size=21)
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        if transposed:
+            Xt = pt.as_tensor(X.T.copy())
+            mu = pm.math.dot(b, Xt - Xt.mean(axis=1, keepdims=True))
+        else:
+            Xc = pt.as_tensor(X)
+            mu = pm.math.dot(Xc - Xc.mean(axis=0, keepdims=True), b)
+        pm.Normal("y", mu, 1.0, observed=y)
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
