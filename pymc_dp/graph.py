@@ -286,12 +286,25 @@ class ModelGraph:
         return self.observed + self.potentials
 
     def matches_private(self, value) -> bool:
-        """Whether an array holds the values of a private input (itself or its transpose, as
-        float64): e.g. ``new_data`` or ``initvals`` that are the private rows."""
+        """Whether an array holds the values of a private input: itself or its transpose (as
+        float64), or mostly its float values in any order, subset or precision (a float32
+        copy, some rows): e.g. ``new_data`` or ``initvals`` that are the private rows."""
         arr = np.asarray(value)
         if arr.dtype.kind not in "biuf" or arr.size <= 1:
             return False
-        return any(sig in self._constants for sig in _signatures(arr))
+        if any(sig in self._constants for sig in _signatures(arr)):
+            return True
+        if arr.dtype.kind != "f":
+            return False
+        floats = [
+            _value_of(i.var).ravel()
+            for i in (*self.inputs, *self.unread)
+            if i.kind != "fixed" and _value_of(i.var).dtype.kind == "f"
+        ]
+        if not floats:
+            return False
+        private = np.concatenate(floats).astype(np.float32)
+        return _mostly_in(arr.ravel().astype(np.float32), private)
 
     def private_nodes(
         self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()

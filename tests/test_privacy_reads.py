@@ -171,6 +171,10 @@ def test_initvals_given_to_sample_that_copy_private_data_are_refused(rows):
         step = _penalty()
         with pytest.raises(ValueError, match="`initvals` for 'u'"):
             pdp.sample(step=step, initvals={"u": y.copy()}, **RUN)
+        # a float32 copy of some rows, shuffled, tiled to the shape
+        part = np.tile(y[::-2].astype(np.float32), 3)[:N]
+        with pytest.raises(ValueError, match="`initvals` for 'u'"):
+            pdp.sample(step=step, initvals={"u": part}, **RUN)
         assert not step.spent  # refused before any chain started
         pdp.sample(step=step, initvals={"u": np.zeros(N)}, **RUN)
 
