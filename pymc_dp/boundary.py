@@ -21,8 +21,8 @@ exception on the worker. At this boundary:
 
 from __future__ import annotations
 
+import dis
 import functools
-import linecache
 import sys
 import warnings
 from collections.abc import Callable
@@ -167,10 +167,20 @@ def _raised_here(err: BaseException) -> bool:
     containers and variables, never values."""
     if isinstance(err, DataRefusal | WorkerError | DataBoundaryError):
         return True
-    filename, lineno = _innermost_frame(err)
-    return _in_package(filename) and linecache.getline(filename, lineno).lstrip().startswith(
-        "raise"
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if not _in_package(tb.tb_frame.f_code.co_filename):
+        return False
+    # the instruction that raised: a `raise` statement (however many lines it spans), not a
+    # call into C code whose exception surfaced in this frame
+    op = next(
+        (i.opname for i in dis.get_instructions(tb.tb_frame.f_code) if i.offset == tb.tb_lasti),
+        "",
     )
+    return op in ("RAISE_VARARGS", "RERAISE")
 
 
 def _innermost(err: BaseException) -> str:
