@@ -36,6 +36,7 @@ This module analyses graphs; :mod:`pymc_dp.likelihood` compiles kernels from the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,12 +52,13 @@ from pytensor.compile.mode import Mode
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
-from pytensor.tensor.type import TensorType
+from pytensor.tensor.type import TensorType, discrete_dtypes
 
 __all__ = [
     "DataInput",
@@ -148,10 +150,16 @@ def _label(var: Variable) -> str:
     return f"a constant array of shape {_value_of(var).shape}"
 
 
-def value_ancestors(outputs: Sequence[Variable], stop: Iterable[Variable] = ()) -> list[Variable]:
-    """Ancestors whose *values* the outputs read: a walk that does not enter ``Shape`` ops
-    (``Xd.shape[0]`` reads the public row count of ``Xd``, not its values) nor the ``stop``
-    variables (e.g. free random variables, whose own graphs are their priors)."""
+def value_ancestors(
+    outputs: Sequence[Variable], stop: Iterable[Variable] = (), *, scan: bool = True
+) -> list[Variable]:
+    """Ancestors whose *values* the outputs read, not through the ``stop`` variables (e.g. free
+    random variables, whose own graphs are their priors).
+
+    The shape of a data node itself (``Xd.shape[0]``: the public row count) is not a read of
+    its values; the shape of anything computed from it is (``X[X > 95].shape[0]`` counts
+    people). Inner graphs (``OpFromGraph``, and ``scan`` bodies unless ``scan=False``) are
+    entered: a constant used inside one is read like any other."""
     seen = {id(v) for v in stop}
     out: list[Variable] = []
     stack = [v for v in outputs if id(v) not in seen]
@@ -162,8 +170,17 @@ def value_ancestors(outputs: Sequence[Variable], stop: Iterable[Variable] = ()) 
         seen.add(id(var))
         out.append(var)
         node = var.owner
-        if node is not None and not isinstance(node.op, Shape | Shape_i):
-            stack.extend(node.inputs)
+        if node is None:
+            continue
+        if isinstance(node.op, Shape | Shape_i) and _unpin(node.inputs[0]).owner is None:
+            continue
+        stack.extend(node.inputs)
+        inner = getattr(node.op, "inner_outputs", None)
+        if inner is not None and not scan:
+            continue
+        if inner is None and isinstance(getattr(node.op, "fgraph", None), FunctionGraph):
+            inner = node.op.fgraph.outputs
+        stack.extend(inner or ())
     return out
 
 
@@ -262,6 +279,10 @@ class ModelGraph:
         """Model dims that index people (their coordinates may identify them)."""
         dims_of = self.model.named_vars_to_dims
         names = {self.row_dim} if self.row_dim else set()
+        # a dim as long as the rows (one random effect per person) may be labelled by who they are
+        names |= {
+            d for d, c in self.model.coords.items() if c is not None and len(c) == self.n_rows
+        }
         for o in self.observed:
             dims = dims_of.get(o.name) or ()
             if len(dims) > o.row_axis:
@@ -273,11 +294,16 @@ class ModelGraph:
         return frozenset(names)
 
     def is_private(self, var: Variable) -> bool:
-        """Whether ``var`` is a private data node (by identity, constants also by value)."""
+        """Whether ``var`` is a private data node: by identity; constants and raw
+        ``pytensor.shared`` arrays (not ``pm.Data``) also by value (:meth:`matches_private`)."""
         if isinstance(var, SharedVariable):
-            return id(var) in self._shared
+            if id(var) in self._shared:
+                return True
+            if any(var is v for v in self.model.data_vars):
+                return False  # declared public
+            return isinstance(var.type, TensorType) and self.matches_private(_value_of(var))
         if isinstance(var, Constant) and isinstance(var.type, TensorType) and var.type.ndim > 0:
-            return _signature(np.asarray(var.data)) in self._constants
+            return self.matches_private(np.asarray(var.data))
         return any(var is i.var for i in self.inputs if i.kind != "fixed")
 
     @property
@@ -296,15 +322,24 @@ class ModelGraph:
             return True
         if arr.dtype.kind != "f":
             return False
+        # continuous values do not coincide by chance; whole numbers (codes, counts, ages) may
+        values = np.unique(arr.ravel().astype(np.float32))
+        values = values[np.isfinite(values) & (values != np.round(values))]
+        if values.size < 3:
+            return False
+        pool = self._private_pool
+        hit = np.searchsorted(pool, values).clip(0, max(pool.size - 1, 0))
+        return bool(pool.size and np.mean(pool[hit] == values) > 0.5)
+
+    @functools.cached_property
+    def _private_pool(self) -> np.ndarray:
+        """Sorted distinct float32 values of the private float inputs (for value matching)."""
         floats = [
-            _value_of(i.var).ravel()
+            _value_of(i.var).ravel().astype(np.float32)
             for i in (*self.inputs, *self.unread)
             if i.kind != "fixed" and _value_of(i.var).dtype.kind == "f"
         ]
-        if not floats:
-            return False
-        private = np.concatenate(floats).astype(np.float32)
-        return _mostly_in(arr.ravel().astype(np.float32), private)
+        return np.unique(np.concatenate(floats)) if floats else np.zeros(0, np.float32)
 
     def private_nodes(
         self, outputs: Sequence[Variable], stop: Iterable[Variable] = ()
@@ -389,6 +424,12 @@ def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...
 
 
 def _check_model(model: Model) -> None:
+    discrete = [v.name for v in model.value_vars if v.dtype in discrete_dtypes]
+    if discrete:
+        raise ValueError(
+            f"DP samplers need continuous free variables; discrete free variables {discrete} "
+            "are not supported (marginalise them out, e.g. with pymc-extras)."
+        )
     observed = {rv.name for rv in model.observed_RVs}
     imputed = [
         rv.name
@@ -542,7 +583,32 @@ def analyse(
     ValueError
         For every refusal listed in the module docstring, naming the variable or input, never
         printing data values or row indices.
+    DataBoundaryError
+        When PyMC or PyTensor fail while the graphs are evaluated on the rows (their messages
+        may print values; withheld).
     """
+    from pymc_dp.boundary import guarded
+
+    return guarded(
+        "Analysing the model",
+        _analyse,
+        modelcontext(model),
+        row_dim=row_dim,
+        row_axes=row_axes,
+        public=public,
+        validate=validate,
+    )
+
+
+def _analyse(
+    model: Model | None = None,
+    *,
+    row_dim: str | None = None,
+    row_axes: Mapping[str, int] | None = None,
+    public: Iterable[str] = (),
+    validate: bool = True,
+) -> ModelGraph:
+    """:func:`analyse`, outside the data boundary."""
     model = modelcontext(model)
     if validate:
         _check_model(model)
@@ -575,6 +641,8 @@ def analyse(
         # own graph of the observed variables
         [value_ancestors([rows]), _forward_inputs(model, model.observed_RVs)],
     )
+    if validate:
+        _check_no_data_in_scan_bodies(model, rows, inputs)
     unread = _unread_containers(model, inputs, collect)
     graph = ModelGraph(
         model=model,
@@ -603,24 +671,48 @@ def analyse(
     return graph
 
 
+def _check_no_data_in_scan_bodies(model: Model, rows: Variable, inputs: list[DataInput]) -> None:
+    """Data used inside a ``scan`` body of the likelihood cannot be split by rows (the kernels
+    and checks see only the scan's outer inputs)."""
+    outer_graphs = [rows, *[i for rv in model.observed_RVs for i in rv.owner.inputs]]
+    outer = {id(v) for v in value_ancestors(outer_graphs, [*model.free_RVs], scan=False)}
+    hidden = [i.label for i in inputs if i.var.owner is None and id(i.var) not in outer]
+    if hidden:
+        raise ValueError(
+            f"The likelihood reads {', '.join(hidden)} inside a scan body (or another inner "
+            "graph): its rows cannot be clipped and checked one by one there. Pass the data to "
+            "scan as a sequence (sequences=[...])."
+        )
+
+
 def _rows_of(term: ObservedRows) -> int:
     return int(_value_of(term.value).shape[term.row_axis])
 
 
-def _reads_data(graph: Variable, private: frozenset[int], signatures: frozenset[tuple]) -> bool:
-    """Whether ``graph`` reads a private container, an observed value, a copy of either, or a
-    float array embedded as a constant (in a potential, the idiom of a custom likelihood over
-    NumPy data: treated as data; public constants go in a ``pm.Data`` declared public)."""
+def _reads_data(
+    graph: Variable,
+    private: frozenset[int],
+    signatures: frozenset[tuple],
+    rows: int | None,
+    public: frozenset[int] = frozenset(),
+) -> bool:
+    """Whether ``graph`` reads a private container, an observed value, a copy of either, or an
+    array embedded otherwise (a NumPy constant or a raw ``pytensor.shared``): float arrays, and
+    integer arrays with an axis of ``rows`` (counts of the people). In a potential that is the
+    idiom of a custom likelihood over NumPy data; public constants go in a ``pm.Data``
+    declared public (``public``: their ids)."""
     for var in value_ancestors([graph]):
-        if not _is_data_node(var):
+        if not _is_data_node(var) or id(var) in public:
             continue
         if id(var) in private:
             return True
-        if isinstance(var, Constant) and var.type.ndim > 0 and var.data.size > 1:
-            if var.type.dtype.startswith("float"):
-                return True
-            if any(sig in signatures for sig in _signatures(np.asarray(var.data))):
-                return True
+        value = _value_of(var)
+        if value.ndim == 0 or value.size <= 1:
+            continue
+        if value.dtype.kind == "f" or (rows is not None and rows in value.shape):
+            return True
+        if any(sig in signatures for sig in _signatures(value)):
+            return True
     return False
 
 
@@ -640,6 +732,7 @@ def _row_potentials(
     if not model.potentials:
         return ()
     shared = [v for v in model.data_vars if v.name not in public]
+    declared = frozenset(id(v) for v in model.data_vars if v.name in public)
     values = [model.rvs_to_values[rv] for rv in model.observed_RVs]
     private = frozenset(id(v) for v in (*shared, *values))
     arrays = [_value_of(v) for v in (*shared, *values)]
@@ -649,13 +742,14 @@ def _row_potentials(
     graphs = model.replace_rvs_by_values(model.potentials)
     point = model.initial_point()
     for pot, g in zip(model.potentials, graphs, strict=True):
-        if not _reads_data(g, private, signatures):
+        if g.ndim == 0:
             continue
         dims = tuple(model.named_vars_to_dims.get(pot.name, ()) or ())
         axis = dims.index(row_dim) if row_dim is not None and row_dim in dims else 0
-        if g.ndim == 0:
-            continue
         shape = _shape_at(model, g, point)
+        rows = shape[axis] if n is None else n
+        if not _reads_data(g, private, signatures, rows, declared):
+            continue
         if shape[axis] < 1 or (n is not None and shape[axis] != n):
             continue
         term = pt.moveaxis(g, axis, 0) if axis else g
@@ -824,9 +918,10 @@ def _check_priors_and_potentials(graph: ModelGraph) -> None:
     terms = {p.name for p in graph.potentials}
     pots = [p for p in model.potentials if p.name not in terms]
     private = graph._shared | {id(i.var) for i in graph.inputs if i.kind == "observed"}
+    declared = frozenset(id(v) for v in model.data_vars) - graph._shared
     for pot, g in zip(pots, model.replace_rvs_by_values(pots), strict=True):
         reads = graph.private_reads([pot], stop=free) + graph.private_reads([g])
-        if not reads and _reads_data(g, private, graph._constants):
+        if not reads and _reads_data(g, private, graph._constants, graph.n_rows, declared):
             reads = ["an array embedded as a constant"]
         if reads:
             raise ValueError(
@@ -939,23 +1034,34 @@ def _check_row_local(graph: ModelGraph) -> None:
     values = [_distinct_rows(_value_of(i.var), i.row_axis, rng) for i in inputs]
     point = model.initial_point()
     n = graph.n_rows
-    for trial in range(6):
-        jitter = 0.3 * (trial % 2)  # continuous variables only
+    half = rng.random(n) < 0.5
+    for trial in range(8):
+        # at the initial point a coefficient may be 0 and hide a dependence: the halves jitter
+        jitter = 0.3 * (trial % 2 or trial >= 6)  # continuous variables only
         args = [
             np.asarray(point[v.name], dtype=v.dtype)
             + (jitter * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
             for v in model.value_vars
         ]
-        j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
-        moved = [
-            _replace_row(v, i.row_axis, j, k, far=trial >= 4)
-            for i, v in zip(inputs, values, strict=True)
-        ]
+        if trial < 6:  # one person replaced by another, or (float rows) far off
+            j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
+            touched = np.arange(n) == j
+            moved = [
+                _replace_row(v, i.row_axis, j, k, far=trial >= 4)
+                for i, v in zip(inputs, values, strict=True)
+            ]
+        else:  # a random half of the people changed at once, then the other half: a row that
+            # reads any particular other person (the max, person 17) sees one of them move
+            touched = half if trial == 6 else ~half
+            moved = [
+                _change_rows(v, i.row_axis, touched, rng)
+                for i, v in zip(inputs, values, strict=True)
+            ]
         with np.errstate(all="ignore"):
             pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
             if params is not None:
                 pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
-        if any(_other_rows_changed(a, b, axis, j, n) for a, b, axis in pairs):
+        if any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs):
             names = ", ".join(i.label for i in inputs)
             raise ValueError(
                 "The log-likelihood of one row depends on other rows (checked by replacing one "
@@ -979,12 +1085,24 @@ def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.
     return out
 
 
-def _other_rows_changed(a, b, axis: int | None, j: int, n: int) -> bool:
+def _change_rows(value: np.ndarray, axis: int, rows: np.ndarray, rng) -> np.ndarray:
+    """``value`` with the rows ``rows`` changed: float rows moved far off, others shuffled among
+    themselves (codes and counts stay in their support)."""
+    v = np.moveaxis(np.array(value, copy=True), axis, 0)
+    idx = np.flatnonzero(rows)
+    if value.dtype.kind == "f":
+        v[idx] = v[idx] + 1e3 * (1.0 + np.abs(v[idx]))
+    else:
+        v[idx] = v[rng.permutation(idx)]
+    return np.moveaxis(v, 0, axis)
+
+
+def _other_rows_changed(a, b, axis: int | None, touched: np.ndarray, n: int) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     same = np.isclose(a, b, rtol=1e-12, atol=0.0, equal_nan=True) | (a == b)
     if axis is not None and a.ndim > axis and a.shape[axis] == n:
         same = np.moveaxis(same, axis, 0).copy()
-        same[j] = True
+        same[touched] = True
     return not bool(np.all(same))
 
 

@@ -393,7 +393,8 @@ class PerRowLikelihood:
 
     @cached_property
     def _prior_hessian_fn(self):
-        hess = pytensor.gradient.hessian(self._prior, self._q)
+        # a flat prior's log density does not depend on q: its Hessian is 0, not an error
+        hess = pytensor.gradient.hessian(self._prior, self._q, disconnected_inputs="ignore")
         fn = pytensor.function([self._q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
         fn.trust_input = True
         return fn

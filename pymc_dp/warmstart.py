@@ -178,6 +178,9 @@ def warm_start(
     dim = likelihood.dim
     q = likelihood.ravel(likelihood.model.initial_point()) if start is None else np.array(start)
     kernel = likelihood.fisher_kernel()
+    # the public pieces compile (and may fail) before the first release, not after it
+    with np.errstate(all="ignore"):
+        likelihood.prior_value(q), likelihood.prior_hessian(q)
     rows, cols = np.triu_indices(dim)
     entries = warm_start_mechanisms(mu, steps)
     precision = fisher = prior_precision = None
