@@ -8,10 +8,12 @@ reads private data, or the warm start crashed after its releases.
 
 from __future__ import annotations
 
+import traceback
 import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -358,3 +360,158 @@ def test_numpy_covariates_centred_inside_the_model_are_not_row_local(transposed)
         pm.Normal("y", mu, 1.0, observed=y)
         with pytest.raises(ValueError, match="depends on other rows"):
             _penalty()
+
+
+# ------------------------------------------------- found by the independent review (round 3)
+def _count_over(A, limit=95):
+    return pt.cast(A[A > limit].shape[0], "float64")
+
+
+def test_shapes_of_computed_nodes_are_reads_of_their_values():
+    """F1: the walk skipped every Shape op, so X[X > 95].shape[0] (a count of people) was
+    public: released by a deterministic, accepted in a summed potential and an initval."""
+    rng = np.random.default_rng(0)
+    age, y = np.round(rng.uniform(20, 99, 20)), rng.normal(size=20)
+    with pm.Model() as model:
+        A = pm.Data("age", age)
+        k = pm.Normal("k", 0, 10)
+        pm.Normal("y", k * (A - 50) / 50, 1.0, observed=y)
+        pm.Deterministic("n_over_95", _count_over(A))
+        pm.Deterministic("n_rows", pt.cast(A.shape[0], "float64") + 0 * k)  # public: n
+    assert analyse(model).private_deterministics == ("n_over_95",)
+    with pm.Model() as model:
+        A = pm.Data("age", age)
+        k = pm.Normal("k", 0, 10, initval=_count_over(A) + 0.5)
+        pm.Normal("y", k * (A - 50) / 50, 1.0, observed=y)
+    with model, pytest.raises(ValueError, match="initial value of free variable 'k'"):
+        _penalty()
+
+
+def test_an_integer_per_row_potential_is_a_likelihood_term():
+    """F2: counts held in a NumPy int array, one per person, in a pm.Potential: the potential
+    was summed into the prior and its parameter got exact moves."""
+    rng = np.random.default_rng(0)
+    counts = rng.poisson(7.3, 50)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu, 1.0, observed=rng.normal(size=50))
+        lam = pm.LogNormal("lam", 2, 2)
+        pm.Potential("counts_lik", pm.logp(pm.Poisson.dist(lam), counts))
+    graph = analyse(model)
+    assert [p.name for p in graph.potentials] == ["counts_lik"]
+    assert set(graph.likelihood_vars) == {"mu", "lam_log__"}
+
+
+def test_data_inside_a_scan_body_is_seen():
+    """F3: the walk did not enter scan bodies: a deterministic released x exactly and a per-row
+    potential over z became an exact prior term."""
+    rng = np.random.default_rng(0)
+    x, z = 1234.5678 + 0.0013 * np.arange(30), rng.normal(3.2, 1.0, 30)
+    with pm.Model() as model:
+        X = pm.Data("x", x)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b * (X - 1234) / 10, 1.0, observed=rng.normal(size=30))
+        xc = pt.as_tensor(x)
+        fitted = pytensor.scan(
+            lambda i, bb: bb * xc[i],
+            sequences=[pt.arange(30)],
+            non_sequences=[b],
+            return_updates=False,
+        )
+        pm.Deterministic("fitted", fitted)
+    assert analyse(model).private_deterministics == ("fitted",)
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 100)
+        pm.Normal("y", 0.0, 1.0, observed=rng.normal(size=30))
+        zc = pt.as_tensor(z)
+        terms = pytensor.scan(
+            lambda i, t: pm.logp(pm.Normal.dist(t, 1.0), zc[i]),
+            sequences=[pt.arange(30)],
+            non_sequences=[theta],
+            return_updates=False,
+        )
+        pm.Potential("z_lik", terms)
+    with model, pytest.raises(ValueError, match="inside a scan body"):
+        _penalty()
+
+
+def test_copies_of_some_private_values_are_private():
+    """F4: only whole arrays (and transposes) were matched by value: beta[1] * X[:, 1] and a
+    raw pytensor.shared copy of X released the covariates exactly."""
+    n = 30
+    X = np.column_stack([np.ones(n), (1234.5678 + 0.0013 * np.arange(n)) / 2000])
+    y = (np.random.default_rng(0).uniform(size=n) < 0.5).astype(int)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2.5, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
+        pm.Deterministic("effect", beta[1] * X[:, 1])
+        pm.Deterministic("fit_raw", pm.math.dot(pytensor.shared(X), beta))
+        pm.Deterministic("odds", pt.exp(beta))  # public
+    assert set(analyse(model).private_deterministics) == {"effect", "fit_raw"}
+
+
+@pytest.mark.parametrize("scaling", ["max", "winsorised", "one_person"])
+def test_scaling_by_a_data_dependent_extreme_is_not_row_local(scaling):
+    """F5: X / X.max() (and a quantile, or one person's value) passed: the check swapped a few
+    public pairs of rows and rarely hit the person holding the max. Half the people now change
+    at once, and one person is moved far off."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    x, y = rng.uniform(0, 1, n), rng.normal(size=n)
+    scale = {
+        "max": lambda X: X / X.max(),
+        "winsorised": lambda X: pt.minimum(X, pt.sort(X)[int(0.99 * n)]),
+        "one_person": lambda X: X / X[17],
+    }[scaling]
+    with pm.Model():
+        X = pm.Data("x", x)
+        b = pm.Normal("b", 0, 10)
+        pm.Normal("y", b * scale(X), 1.0, observed=y)
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
+def test_plan_and_analyse_print_no_values_at_high_verbosity():
+    """F7: pdp.plan and pdp.analyse ran outside the data boundary: PyTensor's error listed
+    'Inputs values' of arrays of up to 5 elements."""
+    y = 1234.5678 + 0.0013 * np.arange(5)
+    with pytensor.config.change_flags(exception_verbosity="high"), pm.Model() as model:
+        yd = pm.Data("y", y)
+        b = pm.Normal("b", 0, 1, shape=4)
+        pm.Normal("obs", b * yd, 1.0, observed=yd)  # (4,) against (5,): PyTensor fails
+        for call in (lambda: pdp.plan(epsilon=1.0, llr_clip=1.0), lambda: pdp.analyse(model)):
+            with pytest.raises(Exception) as info:
+                call()
+            text = "".join(traceback.format_exception(info.value))
+            assert "1234.5" not in text and "Inputs values" not in text
+
+
+def test_labels_of_a_per_person_dim_are_not_released():
+    """F8: the coordinates of a per-person random effect's dim kept the people's ids."""
+    ids = [f"patient-{i}" for i in range(20)]
+    with pm.Model(coords={"person": ids}):
+        mu = pm.Normal("mu", 0, 1)
+        u = pm.Normal("u", 0, 1, dims="person")
+        pm.Normal("y", mu + u, 1.0, observed=np.random.default_rng(0).normal(size=20))
+        idata = pdp.sample(step=pdp.DPLaplace(epsilon=1.0, grad_clip=5.0), **RUN)
+    assert list(idata.posterior.coords["person"].values) == list(range(20))
+
+
+def test_a_flat_prior_does_not_crash_the_warm_start_after_its_releases():
+    """F9: DisconnectedInputError from the prior's Hessian, raised after the noisy releases."""
+    x = np.random.default_rng(0).uniform(-1, 1, 40)
+    with pm.Model():
+        b = pm.Flat("b", shape=2)
+        pm.Bernoulli("y", logit_p=b[0] + b[1] * x, observed=(x > 0).astype(int))
+        step = pdp.DPLaplace(epsilon=1.0, grad_clip=2.0, noise_seed=0)
+    assert np.all(np.isfinite(step.warm.mean))
+
+
+def test_the_planner_refuses_discrete_free_variables():
+    """F10: pdp.plan planned a model that every step refuses."""
+    with pm.Model():
+        k = pm.Poisson("k", 3)
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu + k, 1.0, observed=np.random.default_rng(0).normal(size=40))
+        with pytest.raises(ValueError, match="discrete free variables"):
+            pdp.plan(epsilon=1.0, llr_clip=1.0)
