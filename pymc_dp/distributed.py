@@ -50,7 +50,7 @@ from pymc_dp.boundary import (
     nonfinite_message,
     worker_safe,
 )
-from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.likelihood import COMPILE_LOCK, PerRowLikelihood
 
 __all__ = [
     "DistributedLikelihood",
@@ -162,12 +162,13 @@ class RowShard:
         for name, value in data.items():  # the values only: dims and coords are the driver's
             model[name].set_value(convert_data(value))
         graph = dataclasses.replace(graph, n_rows=self.n_rows)
-        self._unsupported = _outside_support(graph)
-        if self._unsupported:
-            return
-        self.likelihood = PerRowLikelihood(
-            model, graph=graph, compile_kwargs=dict(likelihood_kwargs).get("compile_kwargs")
-        )
+        with COMPILE_LOCK:  # workers in threads of one process compile one at a time
+            self._unsupported = _outside_support(graph)
+            if self._unsupported:
+                return
+            self.likelihood = PerRowLikelihood(
+                model, graph=graph, compile_kwargs=dict(likelihood_kwargs).get("compile_kwargs")
+            )
 
     @worker_safe
     def check(self) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -424,12 +424,6 @@ def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...
 
 
 def _check_model(model: Model) -> None:
-    discrete = [v.name for v in model.value_vars if v.dtype in discrete_dtypes]
-    if discrete:
-        raise ValueError(
-            f"DP samplers need continuous free variables; discrete free variables {discrete} "
-            "are not supported (marginalise them out, e.g. with pymc-extras)."
-        )
     observed = {rv.name for rv in model.observed_RVs}
     imputed = [
         rv.name
@@ -456,6 +450,12 @@ def _check_model(model: Model) -> None:
                 "minibatch DP step (pdp.DPMinibatchPenalty or pdp.DPBarker), which draw and "
                 "account for the batches."
             )
+    discrete = [v.name for v in model.value_vars if v.dtype in discrete_dtypes]
+    if discrete:
+        raise ValueError(
+            f"DP samplers need continuous free variables; discrete free variables {discrete} "
+            "are not supported (marginalise them out, e.g. with pymc-extras)."
+        )
 
 
 def _candidate_axes(value: np.ndarray, n: int) -> list[int]:
@@ -674,9 +674,11 @@ def _analyse(
 def _check_no_data_in_scan_bodies(model: Model, rows: Variable, inputs: list[DataInput]) -> None:
     """Data used inside a ``scan`` body of the likelihood cannot be split by rows (the kernels
     and checks see only the scan's outer inputs)."""
-    outer_graphs = [rows, *[i for rv in model.observed_RVs for i in rv.owner.inputs]]
-    outer = {id(v) for v in value_ancestors(outer_graphs, [*model.free_RVs], scan=False)}
-    hidden = [i.label for i in inputs if i.var.owner is None and id(i.var) not in outer]
+    graphs = [rows, *[i for rv in model.observed_RVs for i in rv.owner.inputs]]
+    stop = [*model.free_RVs]
+    outer = {id(v) for v in value_ancestors(graphs, stop, scan=False)}
+    inner = {id(v) for v in value_ancestors(graphs, stop)} - outer
+    hidden = [i.label for i in inputs if id(i.var) in inner]
     if hidden:
         raise ValueError(
             f"The likelihood reads {', '.join(hidden)} inside a scan body (or another inner "
@@ -1063,12 +1065,13 @@ def _check_row_local(graph: ModelGraph) -> None:
                 pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
         if any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs):
             names = ", ".join(i.label for i in inputs)
+            terms = ", ".join(repr(t.name) for t in graph.terms)
             raise ValueError(
-                "The log-likelihood of one row depends on other rows (checked by replacing one "
-                f"person's row of {names}). Replacing one person would then move other rows' "
-                "terms, and clipping would not bound the privacy loss. Compute aggregates such "
-                "as X.mean() from public constants, outside the model; or, if an input's row "
-                "axis was inferred wrongly, give `row_axes`."
+                f"The log-likelihood of one row (terms {terms}) depends on other rows (checked "
+                f"by replacing people's rows of {names}). Replacing one person would then move "
+                "other rows' terms, and clipping would not bound the privacy loss. Compute "
+                "aggregates such as X.mean() from public constants, outside the model; or, if an "
+                "input's row axis was inferred wrongly, give `row_axes`."
             )
 
 

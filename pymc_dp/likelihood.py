@@ -20,6 +20,7 @@ holds, its contribution stays within the sensitivity the accountant assumes.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
@@ -42,6 +43,8 @@ from pymc_dp.kernel_rewrites import common_factor, optimise_rows
 
 __all__ = ["PerRowLikelihood"]
 
+#: Serialises graph analysis and kernel compilation within a process (see ``_compile``).
+COMPILE_LOCK = threading.RLock()
 #: Up to this many coordinates, per-row gradients are built one coordinate at a time.
 _MAX_COMPONENT_DIM = 32
 
@@ -195,8 +198,10 @@ class PerRowLikelihood:
             # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
             # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
             kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
-        # the kernels embed the private rows as constants: never write them to the on-disk cache
-        with pytensor.config.change_flags(numba__cache=False):
+        # the kernels embed the private rows as constants: never write them to the on-disk cache.
+        # One compile at a time per process: change_flags and PyTensor's rewrite databases are
+        # process-global, and Dask workers in threads (processes=False) compile concurrently
+        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
             fn = pm_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
         return fn
