@@ -65,3 +65,16 @@ def tempered_banana():
 def tempered_banana_model(tempered_banana):
     """The same data with the untempered likelihood: the minibatch steps apply T themselves."""
     return dataclasses.replace(tempered_banana, tempering=1.0).model()
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A Dask cluster in this process (2 workers x 1 thread), one per test module."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c

@@ -57,17 +57,6 @@ def _placeholder(rows: int = 2) -> pm.Model:
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
-@pytest.fixture(scope="module")
 def rows():
     x, y = _data()
     return x, y, da.from_array(x, chunks=(CHUNK, D)), da.from_array(y, chunks=CHUNK)

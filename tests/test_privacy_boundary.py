@@ -87,17 +87,6 @@ def rows():
     return x, y
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 # ------------------------------------------------------------------------------ capture
 @contextlib.contextmanager
 def _everything_said():

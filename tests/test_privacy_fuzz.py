@@ -1240,18 +1240,6 @@ def dask_rows(case: DaskCase) -> dict[str, np.ndarray]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 DASK_CASES = {
     # row 5 (outside the bounds) alone in a partition, an empty partition, a partition of d rows
     # (that worker's X is square)
