@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
+import pymc_dp as pdp
+
 __all__ = [
     "CACHE_DIR",
     "D3P_PYTHON",
@@ -60,7 +62,6 @@ __all__ = [
     "compare",
     "d3p_delta",
     "d3p_fit",
-    "encode",
     "potential_model",
     "load",
     "main",
@@ -221,53 +222,30 @@ class RealData:
         return int(self.X.shape[1])
 
 
-def encode(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, int]:
-    """Clip ``x`` to the public range ``[lo, hi]`` and map it affinely onto ``[-1, 1]``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        Raw covariate values.
-    lo, hi : float
-        Public bounds, ``lo < hi``.
-
-    Returns
-    -------
-    encoded : numpy.ndarray
-        ``2 (clip(x, lo, hi) - lo) / (hi - lo) - 1`` as float64.
-    n_clipped : int
-        Number of values outside ``[lo, hi]``.
-    """
-    if not hi > lo:
-        raise ValueError(f"need lo < hi, got [{lo}, {hi}]")
-    x = np.asarray(x, dtype=np.float64)
-    n_clipped = int(np.count_nonzero((x < lo) | (x > hi)))
-    return 2.0 * (np.clip(x, lo, hi) - lo) / (hi - lo) - 1.0, n_clipped
-
-
 def _assemble(
     name: str, raw: dict[str, np.ndarray], y: np.ndarray, family: str, y_bound: float
 ) -> RealData:
-    """Encode the covariates of ``raw`` by :data:`PUBLIC_BOUNDS` and build a :class:`RealData`."""
+    """Encode the covariates of ``raw`` by :data:`PUBLIC_BOUNDS` (``pdp.encode_covariates``) and
+    build a :class:`RealData`."""
     table = PUBLIC_BOUNDS[name]
-    cols = [np.ones(len(y))]
-    n_clipped: dict[str, int] = {}
-    for var, (lo, hi, _) in table.items():
-        enc, k = encode(raw[var], lo, hi)
-        cols.append(enc)
-        n_clipped[var] = k
-    X = np.ascontiguousarray(np.column_stack(cols), dtype=np.float64)
-    d = X.shape[1]
+    bounds = {var: (lo, hi) for var, (lo, hi, _) in table.items()}
+    enc = pdp.encode_covariates(raw, bounds)
+    # A benchmark-only diagnostic on public-domain data; pdp.encode_covariates never returns it
+    # (on private data the count is a statistic of the data).
+    n_clipped = {
+        var: int(np.count_nonzero((raw[var] < lo) | (raw[var] > hi)))
+        for var, (lo, hi) in bounds.items()
+    }
     return RealData(
         name=name,
-        X=X,
+        X=enc.X,
         y=np.asarray(y),
-        names=("intercept", *table),
+        names=enc.names,
         family=family,
-        bounds={var: (lo, hi) for var, (lo, hi, _) in table.items()},
+        bounds=bounds,
         sources={var: src for var, (_, _, src) in table.items()},
-        row_norm_bound=float(math.sqrt(d)),
-        abs_bounds=np.ones(d),
+        row_norm_bound=float(math.sqrt(enc.X.shape[1])),
+        abs_bounds=enc.covariate_bounds,
         y_bound=float(y_bound),
         n_clipped=n_clipped,
     )

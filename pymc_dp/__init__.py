@@ -9,6 +9,7 @@ from pymc_dp.accounting.ledger import (
     SubsampledGaussianMechanism,
 )
 from pymc_dp.bounds import GLMClip, glm_clip
+from pymc_dp.encoding import Encoded, encode_covariates
 from pymc_dp.graph import ModelGraph, analyse
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.noise import NoiseSource
@@ -35,6 +36,7 @@ __all__ = [
     "DPMinibatchPenalty",
     "DPPenalty",
     "DPStep",
+    "Encoded",
     "GLMClip",
     "GaussianMechanism",
     "ModelGraph",
@@ -52,6 +54,7 @@ __all__ = [
     "analyse",
     "audit",
     "distributed",
+    "encode_covariates",
     "expfam",
     "glm_clip",
     "plan",
