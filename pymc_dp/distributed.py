@@ -213,9 +213,18 @@ class RowShard:
         return float(out[0]), float(out[2])
 
     @worker_safe
-    def fisher(self, q: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        total, outer, _ = self.likelihood.fisher_kernel()(q, bound)
-        return np.asarray(total), np.asarray(outer)
+    def curvature(
+        self, q: np.ndarray, w: np.ndarray, bound: np.ndarray, edges: np.ndarray, observed: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        total, counts, _ = self.likelihood.curvature_kernel(observed)(q, w, bound, edges)
+        return np.asarray(total), np.asarray(counts)
+
+    @worker_safe
+    def whitened(
+        self, q: np.ndarray, w: np.ndarray, bound: np.ndarray, edges: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        total, counts, _ = self.likelihood.whitened_kernel()(q, w, bound, edges)
+        return np.asarray(total), np.asarray(counts)
 
 
 def _outside_support(graph) -> tuple[str, ...]:
@@ -262,11 +271,11 @@ class DistributedLikelihood(PerRowLikelihood):
 
     Built on the model with its placeholder data (the prior, the raveling and the graph analysis
     read no rows); ``n_rows`` is the bound data's. Kernels: the clipped log-likelihood-ratio sum,
-    the clipped gradient sum and the clipped Fisher sums (warm start) over all rows, and the
-    minibatch ratio sums (with squares). A fixed-size batch is drawn on the driver with its
-    secret generator exactly as in memory and split by the worker holding each row; a Poisson
-    batch travels as its secret key and each worker draws its own rows' inclusions (the same as
-    in memory). No exact diagnostics.
+    the clipped gradient sum and the warm start's clipped curvature and whitened gradient sums
+    (with their norm histograms) over all rows, and the minibatch ratio sums (with squares). A
+    fixed-size batch is drawn on the driver with its secret generator exactly as in memory and
+    split by the worker holding each row; a Poisson batch travels as its secret key and each
+    worker draws its own rows' inclusions (the same as in memory). No exact diagnostics.
     """
 
     def __init__(self, model: Model, shards: Sequence, binding: _Binding, **kwargs) -> None:
@@ -335,11 +344,20 @@ class DistributedLikelihood(PerRowLikelihood):
 
         return kernel
 
-    def fisher_kernel(self):
+    def curvature_kernel(self, observed: bool = True):
         prior = self.prior_fn
 
-        def kernel(q, bound):
-            parts = self._gather("fisher", q, bound)
+        def kernel(q, w, bound, edges):
+            parts = self._gather("curvature", q, w, bound, edges, observed)
+            return [sum(p[0] for p in parts), sum(p[1] for p in parts), prior(q)[1]]
+
+        return kernel
+
+    def whitened_kernel(self):
+        prior = self.prior_fn
+
+        def kernel(q, w, bound, edges):
+            parts = self._gather("whitened", q, w, bound, edges)
             return [sum(p[0] for p in parts), sum(p[1] for p in parts), prior(q)[1]]
 
         return kernel

@@ -375,26 +375,79 @@ class PerRowLikelihood:
             self._kernels[key] = self._compile([self._q, bound, *extra], outputs)
         return self._kernels[key]
 
-    def fisher_kernel(self):
-        """Compile ``(q, bound) -> (sum_i g_i, sum_i g_i g_i^T, grad log prior(q))`` with every
-        per-row gradient ``g_i`` clipped to norm ``bound``; the outer-product sum is returned as
-        its upper triangle (row-major, diagonal included), the vector that is released.
+    def curvature_kernel(self, observed: bool = True):
+        """Compile ``(q, W, bound, edges) -> (sum_i clip_F(W H_i W^T, bound), counts, grad log
+        prior(q))``: per-row curvature ``H_i`` in the metric of the public matrix ``W``, clipped
+        to Frobenius norm ``bound`` and summed ((D, D), symmetric), and the number of rows whose
+        whitened Frobenius norm falls in each bin ``[edges_k, edges_k+1)`` (the last open).
 
-        Replacing one row moves the first output by at most ``2 bound`` and the triangle by at
-        most ``sqrt(2) bound^2`` in L2 (``||a a^T - b b^T||_F^2 = |a|^4 + |b|^4 - 2 (a.b)^2``).
+        ``H_i`` is the observed information ``-d^2 l_i / dq dq^T`` (``observed``), or the outer
+        product ``g_i g_i^T`` of the row's gradient (the empirical Fisher) otherwise. Replacing
+        one row moves the sum by at most ``2 bound`` in Frobenius norm (``sqrt(2) bound`` for
+        outer products, which are positive semidefinite) and the counts by ``sqrt(2)``. A row
+        with a non-finite entry counts as norm 0 and adds 0. For a GLM ``H_i = w_i x_i x_i^T``
+        with ``w_i`` bounded a priori (1/4 for the logistic): with ``W = I`` its bound follows
+        from public covariate bounds (:attr:`pymc_dp.GLMClip.hess_clip`).
         """
-        if "fisher" not in self._kernels:
+        key = ("curvature", observed)
+        if key not in self._kernels:
+            w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
             bound = pt.scalar("bound", dtype=self._q.dtype)
-            clipped, _, _ = self._clipped_gradients(bound, batch=False)
-            rows, cols = np.triu_indices(self.dim)
-            outer = [pt.sum(clipped[i] * clipped[j]) for i, j in zip(rows, cols, strict=True)]
-            outputs = [
-                pt.stack([pt.sum(c) for c in clipped]),
-                pt.stack(outer),
-                self._prior_grad,
+            edges = pt.vector("edges", dtype=self._q.dtype)
+            # directional derivatives along the rows of W: (W g_i)_a, then (W H_i W^T)_ab, so
+            # no (n, D, D) tensor is formed (for a GLM they fold to u (x.w_a), u' (x.w_a)(x.w_b))
+            dirs = [
+                pushforward(self._rows, self._q, w[a], disconnected_outputs="ignore")
+                for a in range(self.dim)
             ]
-            self._kernels["fisher"] = self._compile([self._q, bound], outputs)
-        return self._kernels["fisher"]
+            rows, cols = np.triu_indices(self.dim)
+            if observed:
+                entries = [
+                    -pushforward(dirs[a], self._q, w[b], disconnected_outputs="ignore")
+                    for a, b in zip(rows, cols, strict=True)
+                ]
+            else:
+                entries = [dirs[a] * dirs[b] for a, b in zip(rows, cols, strict=True)]
+            weights = np.where(rows == cols, 1.0, 2.0)
+            sq = functools.reduce(pt.add, [k * e**2 for k, e in zip(weights, entries, strict=True)])
+            finite, norms, scale = self._norm_scale(sq, bound)
+            upper = [pt.sum(pt.switch(finite, e, 0.0) * scale) for e in entries]
+            total = pt.zeros((self.dim, self.dim), dtype=self._q.dtype)
+            total = pt.set_subtensor(total[rows, cols], pt.stack(upper))
+            total = pt.set_subtensor(total[cols, rows], pt.stack(upper))
+            outputs = [total, self._bin_counts(norms, edges), self._prior_grad]
+            self._kernels[key] = self._compile([self._q, w, bound, edges], outputs)
+        return self._kernels[key]
+
+    def _bin_counts(self, norms: Variable, edges: Variable) -> Variable:
+        """Rows whose norm is in ``[edges_k, edges_k+1)``, the last bin open above."""
+        above = pt.sum(pt.ge(norms[:, None], edges[None, :]), axis=0).astype(self._q.dtype)
+        return above - pt.concatenate([above[1:], pt.zeros((1,), dtype=above.dtype)])
+
+    def whitened_kernel(self):
+        """Compile ``(q, W, bound, edges) -> (sum_i clip_norm(W g_i, bound), counts, grad log
+        prior(q))``: per-row gradients ``g_i`` mapped by the public matrix ``W`` (a whitening
+        of the released curvature), clipped to L2 norm ``bound`` in that metric and summed, and
+        the number of rows whose whitened norm falls in each bin ``[edges_k, edges_k+1)`` (the
+        last bin open above). Replacing one row moves the sum by at most ``2 bound`` in L2 and
+        the counts by at most ``sqrt(2)``. A row with a non-finite gradient counts as norm 0 and
+        adds 0. All outputs are sums over rows (shards add up).
+        """
+        if "whitened" not in self._kernels:
+            w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
+            bound = pt.scalar("bound", dtype=self._q.dtype)
+            edges = pt.vector("edges", dtype=self._q.dtype)
+            grads = pt.stack(self._grad_components(self._rows), axis=1)
+            finite_rows = pt.all(pt.isfinite(grads), axis=1)
+            grads = pt.switch(finite_rows[:, None], grads, 0.0)
+            white = pt.dot(grads, w.T)
+            _, norms, scale = self._norm_scale(pt.sum(white**2, axis=1), bound)
+            total = pt.dot(scale, white)
+            self._kernels["whitened"] = self._compile(
+                [self._q, w, bound, edges],
+                [total, self._bin_counts(norms, edges), self._prior_grad],
+            )
+        return self._kernels["whitened"]
 
     @cached_property
     def _prior_hessian_fn(self):

@@ -9,6 +9,7 @@ private data, the DP step's declared privatised stats, and the privacy ledger in
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -260,6 +261,8 @@ def sample(
             stacklevel=2,
         )
     idata.attrs.update(plan.ledger.to_attrs())
+    if getattr(step, "warm", None) is not None:
+        idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.likelihood))
     if kwargs.get("compute_convergence_checks", True):
         dp_warn(
             dp_warnings(idata, target_accept=getattr(step, "target_accept", None), advice=advice)
@@ -349,6 +352,21 @@ def _with_noise_seed(step: DPStep, plan, noise_seed: int):
     return replace(plan, noise_seed=int(noise_seed), ledger=ledger)
 
 
+#: Attr of the private fit's error figures (released quantities only).
+FIT_ATTR = "pymc_dp_fit"
+
+
+def _coordinate_labels(likelihood) -> list[str]:
+    """``name[i, j]`` of each raveled (unconstrained) coordinate."""
+    labels = []
+    for name, shape, *_ in likelihood._point_map_info:
+        if not shape:
+            labels.append(name)
+        else:
+            labels += [f"{name}[{', '.join(map(str, i))}]" for i in np.ndindex(*shape)]
+    return labels
+
+
 @dataclass(frozen=True)
 class PrivacyReport:
     """Privacy spent by a sampling run."""
@@ -368,6 +386,16 @@ class PrivacyReport:
     warm_start_epsilon: float | None = None
     adaptation: str = ""
     data_location: str = "in memory"
+    fit_error: dict | None = None
+
+    @property
+    def expected_error(self) -> dict[str, float]:
+        """Expected distance of each posterior mean from the non-private posterior's, in
+        posterior sds, from released quantities only (private warm start or DPLaplace); ``{}``
+        without a private fit."""
+        if not self.fit_error:
+            return {}
+        return dict(zip(self.fit_error["labels"], self.fit_error["expected_error"], strict=True))
 
     def __str__(self) -> str:
         lines = [
@@ -387,6 +415,16 @@ class PrivacyReport:
                 "before sampling; the rest by the chains)"
             )
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
+        if self.fit_error:
+            f = self.fit_error
+            lines.append(
+                "  fit error:    distance of the means from the non-private posterior's, from "
+                f"released values: {max(f['expected_error']):.2g} posterior sds expected per "
+                f"mean, the largest of them ~{f['expected_largest_error']:.2g}; parts "
+                f"(posterior sds): noise {f['noise']:.2g}, clipping bias <= {f['bias']:.2g}, "
+                f"curvature {f['curvature']:.2g}, linearisation {f['linearisation']:.2g}; all "
+                "in the intervals"
+            )
         if self.adaptation:
             lines.append(f"  adaptation:   {self.adaptation}")
         if self.data_location != "in memory":
@@ -432,6 +470,7 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             warm_start_epsilon=warm,
             adaptation=ledger.adaptation,
             data_location=ledger.data_location,
+            fit_error=json.loads(idata.attrs[FIT_ATTR]) if FIT_ATTR in idata.attrs else None,
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
     if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):

@@ -194,8 +194,19 @@ def test_dask_rows_bind_the_row_count_and_sum_like_memory(client, rows):
     np.testing.assert_allclose(
         bound.likelihood.grad_kernel()(q, b)[0], reference.grad_kernel()(q, b)[0], rtol=1e-12
     )
+    w = np.array([[2.0, 0.0, 0.0], [0.5, 1.5, 0.0], [-0.3, 0.2, 3.0]])  # any public metric
+    edges = np.array([0.0, 1e-3, 1e-2, 0.1])
+    for observed in (True, False):
+        for got, want in zip(
+            bound.likelihood.curvature_kernel(observed)(q, w, b, edges),
+            reference.curvature_kernel(observed)(q, w, b, edges),
+            strict=True,
+        ):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     for got, want in zip(
-        bound.likelihood.fisher_kernel()(q, b), reference.fisher_kernel()(q, b), strict=True
+        bound.likelihood.whitened_kernel()(q, w, b, edges),
+        reference.whitened_kernel()(q, w, b, edges),
+        strict=True,
     ):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 

@@ -403,6 +403,11 @@ class DPStep(ArrayStepShared):
         """Per-row gradient bound of the warm start (public)."""
         raise ValueError(f"{type(self).__name__} has no gradient bound for a warm start.")
 
+    def _warm_hess_clip(self) -> float | None:
+        """Bound on one row's observed information (public), or None: the warm start then
+        estimates the curvature from gradient outer products."""
+        return None
+
     def _run_warm_start(self, steps: int = 4) -> None:
         """Spend ``warm_start`` of the budget now, once for every chain of every run."""
         if self.warm_start_share == 0.0:
@@ -418,6 +423,7 @@ class DPStep(ArrayStepShared):
             self.warm = warm_start(
                 self.likelihood,
                 grad_clip=self._warm_grad_clip(),
+                hess_clip=self._warm_hess_clip(),
                 mu=mu,
                 noise=noise,
                 steps=steps,

@@ -37,8 +37,13 @@ class DPLaplace(DPStep):
         :math:`B`: per-row gradients of the log-likelihood are clipped to L2 norm :math:`B`
         (public; for a GLM whose log-likelihood is L-Lipschitz in the linear predictor, L times
         a bound on the covariates' norm: :func:`pymc_dp.glm_clip`).
+    hess_clip : float, optional
+        :math:`C`: per-row observed information ``-d^2 l_i / dq dq^T`` is clipped to Frobenius
+        norm :math:`C` in its first release (public; :attr:`pymc_dp.GLMClip.hess_clip` for a
+        GLM, where nothing is clipped). Default: the curvature is estimated from per-row
+        gradient outer products (empirical Fisher, bound ``grad_clip**2``), often 4x noisier.
     steps : int
-        Noisy Newton steps of the warm start (default 4).
+        Noisy Newton steps of the fit (default 4; each releases a curvature and a gradient).
     epsilon, delta, chains, noise_seed, exact_noise, diagnostics, row_dim, row_axes, public
         See :class:`~pymc_dp.step_methods.base.DPStep`. The whole budget is spent when the step
         is created; chains and draws then cost nothing.
@@ -65,6 +70,7 @@ class DPLaplace(DPStep):
         vars: Sequence | None = None,
         *,
         grad_clip: float,
+        hess_clip: float | None = None,
         steps: int = 4,
         **kwargs,
     ) -> None:
@@ -72,6 +78,7 @@ class DPLaplace(DPStep):
             if kwargs.get(knob) is not None:
                 raise ValueError(f"DPLaplace spends all of `epsilon` on its fit: no `{knob}`.")
         self.grad_clip = check_positive(grad_clip, "grad_clip")
+        self.hess_clip = None if hess_clip is None else check_positive(hess_clip, "hess_clip")
         self.steps = check_count(steps, "steps", minimum=1)
         super().__init__(vars, **kwargs)
         if self.epsilon is None:
@@ -85,6 +92,9 @@ class DPLaplace(DPStep):
 
     def _warm_grad_clip(self) -> float:
         return self.grad_clip
+
+    def _warm_hess_clip(self) -> float | None:
+        return self.hess_clip
 
     def _free_moves(self) -> bool:
         return False  # every draw is already independent
