@@ -87,6 +87,11 @@ NORMS_SHARE = 0.03
 LAST_SHARE = 0.4
 #: Share of the squared norm of a clipping bias (direction unknown) put on each coordinate.
 SPREAD = 0.3
+#: Smallest clip, in noisy medians of the rows' norms: where the histogram cannot see the tail,
+#: the clip stays above the bulk.
+CLIP_FLOOR = 3.0
+#: A histogram is drowned in noise when its total count's noise exceeds this share of the rows.
+NOISY_HISTOGRAM = 0.1
 #: Bins of each histogram of norms above its lowest edge.
 NORM_BINS = 16
 
@@ -236,7 +241,12 @@ def _pool_decreasing(counts: np.ndarray) -> np.ndarray:
 
 
 def choose_clip(
-    counts: np.ndarray, edges: np.ndarray, top: float, noise_per_unit: float, dim: int
+    counts: np.ndarray,
+    edges: np.ndarray,
+    top: float,
+    noise_per_unit: float,
+    dim: int,
+    count_std: float = 0.0,
 ) -> tuple[float, float]:
     """The clip that minimises ``dim (noise_per_unit c)^2 + bias(c)^2`` given released counts.
 
@@ -253,6 +263,8 @@ def choose_clip(
         Noise std per coordinate of a release clipped at 1.
     dim : int
         Dimension of the release.
+    count_std : float
+        Noise std of each count.
 
     Returns
     -------
@@ -270,7 +282,14 @@ def choose_clip(
     fitted = np.maximum(fitted, 0.0)
     candidates = np.r_[edges[1:], top]
     best = (np.inf, top, 0.0)
-    for c in candidates:
+    floor = 0.0
+    if count_std * np.sqrt(counts.size) > NOISY_HISTOGRAM * max(counts.sum(), 1.0):
+        # a histogram drowned in noise (few rows, a small budget) shows no tail: the clip stays
+        # at least CLIP_FLOOR x the noisy median, above the bulk of the rows
+        cumulative = np.cumsum(counts)
+        at = int(np.searchsorted(cumulative, 0.5 * cumulative[-1]))
+        floor = CLIP_FLOOR * upper[min(at, upper.size - 1)]
+    for c in candidates[candidates >= min(floor, top)]:
         above = upper > c
         bias = float(np.sum(fitted[above] * (upper[above] - np.maximum(edges[above], c))))
         mse = dim * (noise_per_unit * c) ** 2 + bias**2
@@ -383,7 +402,8 @@ def warm_start(
         _, counts, _ = whitened(q, w, np.asarray(top), edges)
         counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
         per_unit = noise.gaussian_std(2.0 * temp, m_grad.noise_multiplier, dim)
-        c, bias = choose_clip(counts, edges, top, per_unit, dim)
+        c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
+        c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
         s_sum, _, prior_grad = whitened(q, w, np.asarray(c), edges[:1])
         s = noise.gaussian(temp * s_sum, 2.0 * temp * c, m_grad.noise_multiplier)
         if not np.all(np.isfinite(prior_grad)):
