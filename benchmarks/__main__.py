@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--d", type=int, default=10, help="number of coefficients (default 10)")
     parser.add_argument(
-        "--no-utility", action="store_true", help="skip the real-data utility table (long)"
+        "--no-utility", action="store_true", help="skip the real-data utility tables (long)"
     )
     parser.add_argument(
         "--no-dask", action="store_true", help="skip the Dask cluster table (n = 2e7, long)"
@@ -148,6 +148,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_utility:
         print(f"\ntotal {time.perf_counter() - start:.0f} s")
         return
+    runs, draws = (2, 200) if args.quick else (10, 500)
+    print(f"\n== The private fit on real data: DPLaplace, {runs} unseeded runs per cell ==")
+    print(
+        "largest |mean - NUTS mean| / NUTS sd over coefficients (median, p90 over runs); coverage "
+        "of the NUTS means by the 90% intervals; own sds = the largest error in the fit's sds; "
+        "planner before (public facts) and after (released values); floor = fit_floor; d3p from "
+        "benchmarks/_cache; target and checks from issue 21"
+    )
+    with threadpool_limits(limits=1):
+        if args.quick:
+            rows = utility.fit_rows(["synthetic_1e5"], [4.0], runs, draws)
+        else:
+            rows = utility.fit_rows(utility.FIT_NAMES, [1.0, 2.0, 4.0], runs, draws)
+    print(format_table(utility.FIT_HEADER, rows))
     print("\n== Utility on real data: zero-tuning calls at epsilon 1 and 4 against NUTS ==")
     print(
         "|z| = |mean - NUTS mean| / NUTS sd (max, median over coefficients); sd ratio = sd / NUTS "
