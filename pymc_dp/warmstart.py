@@ -291,7 +291,7 @@ def choose_clip(
         floor = CLIP_FLOOR * upper[min(at, upper.size - 1)]
     for c in candidates[candidates >= min(floor, top)]:
         above = upper > c
-        bias = float(np.sum(fitted[above] * (upper[above] - np.maximum(edges[above], c))))
+        bias = float(np.sum(fitted[above] * (upper[above] - c)))
         mse = dim * (noise_per_unit * c) ** 2 + bias**2
         if mse < best[0]:
             best = (mse, float(c), bias)

@@ -54,10 +54,12 @@ def test_warm_start_without_noise_finds_the_map(glm):
 
 
 def test_warm_start_is_noise_aware(glm):
-    """Over 40 runs x 3 coordinates, the errors of the private mode divided by the noise part of
-    the noise-aware sd are standard normal: their root mean square is 1 within Monte Carlo error
-    (sd of the rms of 120 z-scores ~ 1 / sqrt(240) = 0.065; [0.75, 1.3] is beyond 3.8 sds).
-    Measured 1.04 at epsilon 1 and 0.96 at epsilon 2."""
+    """Over 40 runs x 3 coordinates, the errors of the private mode divided by the error part of
+    the noise-aware sd are not overconfident (root mean square <= 1.3) and not wasteful (>=
+    0.5: intervals at most 2x too wide). The error part holds the noise and two bounds (clipping
+    bias, linearisation), so it is conservative by design: measured 0.86 at epsilon 1 and 0.75
+    at epsilon 2. The sd of the rms of 120 z-scores is ~ 0.065: both limits are beyond 3.8 sds
+    of the measurements."""
     _, lik, q, cov = glm
     post_var = np.diag(cov)
     for eps in (1.0, 2.0):
@@ -69,7 +71,7 @@ def test_warm_start_is_noise_aware(glm):
             )
         ]
         rms = float(np.sqrt(np.mean(np.square(z))))
-        assert 0.75 < rms < 1.3, (eps, rms)
+        assert 0.5 < rms < 1.3, (eps, rms)
 
 
 def test_warm_start_accounting_and_report(glm):
@@ -89,7 +91,8 @@ def test_warm_start_accounting_and_report(glm):
         model=model,
     )
     ledger = pdp.PrivacyLedger.from_attrs(idata.attrs)
-    assert len(ledger.shared) == 2 * 4 and ledger.chains == 2  # 4 gradients, 4 Fishers, once
+    # per step: a curvature, a gradient and a histogram of each's norms; 4 steps, once
+    assert len(ledger.shared) == 4 * 4 and ledger.chains == 2
     assert ledger.epsilon == pytest.approx(2.0, rel=1e-9)
     assert ledger.mu == pytest.approx(mu_star, rel=1e-9)  # warm start + sampling = the budget
     report = pdp.privacy_report(idata)
@@ -143,7 +146,7 @@ def test_adaptation_is_a_function_of_released_values(glm, monkeypatch):
     replay_cov = WindowedCovariance(step.warm.posterior_cov, 120, mask=step._active)
     updates = [replay_cov.update(q, i) for i, q in enumerate(warmup)]
     assert [u is not None for u in updates].count(True) == 1  # one window: (18, 108)
-    assert replay_cov.window_ess[0] >= 2  # the window was used
+    assert replay_cov.window_ess[0] >= adaptation.MIN_WINDOW_ESS  # the window was used
     np.testing.assert_allclose(step._proposal.chol, np.linalg.cholesky(replay_cov.cov), rtol=1e-10)
     assert not np.allclose(step._proposal.chol, np.linalg.cholesky(step.warm.posterior_cov))
     assert "warm-up draws" in pdp.PrivacyLedger.from_attrs(idata.attrs).adaptation
@@ -262,7 +265,7 @@ def test_dplaplace_draws_from_the_private_fit(glm):
     )
     assert pdp.privacy_report(idata).epsilon == pytest.approx(4.0, rel=1e-9)
     ledger = pdp.PrivacyLedger.from_attrs(idata.attrs)
-    assert ledger.per_chain == () and len(ledger.shared) == 8
+    assert ledger.per_chain == () and len(ledger.shared) == 16
     draws = idata.posterior["b"].values.reshape(-1, D)
     sd = np.sqrt(np.diag(cov))
     # at epsilon 4 the noise-aware fit is within ~0.2 posterior sds (test_warm_start_is_noise_
