@@ -210,6 +210,14 @@ def _positive_definite(h: np.ndarray, floor: float) -> np.ndarray:
     return (vecs * vals) @ vecs.T
 
 
+def _whitening(m: np.ndarray) -> np.ndarray:
+    """``W`` with ``W^T W = M^{-1}`` (eigenvalues floored at 1e-12 of the largest: a vague
+    prior and a tiny clip leave ``M`` numerically singular, which a Cholesky factor refuses)."""
+    vals, vecs = np.linalg.eigh(0.5 * (m + m.T))
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max()), np.finfo(float).tiny))
+    return (vecs / np.sqrt(vals)).T
+
+
 def _median_largest(cov: np.ndarray) -> float:
     """Median of ``max_j |z_j|`` for ``z`` Gaussian with the correlations of ``cov`` (a fixed
     public seed: post-processing)."""
@@ -394,7 +402,7 @@ def warm_start(
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
         m = 0.5 * (curvature + curvature.T) + prec
-        w = np.linalg.solve(np.linalg.cholesky(m), np.eye(dim))  # L^{-1}, M = L L^T
+        w = _whitening(m)  # M^{-1} = W^T W
         top = b_raw * np.linalg.norm(w, 2)  # the never-clip bound in this metric
         typical = np.sqrt(dim / n)  # rms whitened norm where M matches the information
         lo = min(0.25 * typical, 0.5 * top)
@@ -460,8 +468,7 @@ def _combine(targets, m, q, errors, dim):
     measure it, and the travel step's budget is not lost."""
     (q_a, g_a, k_a), (q_b, g_b, k_b) = targets[-2], targets[-1]
     t_a, t_b = q_a + np.linalg.solve(m, g_a), q_b + np.linalg.solve(m, g_b)
-    chol = np.linalg.cholesky(0.5 * (m + m.T))
-    gap = float(np.sum((chol.T @ (t_a - t_b)) ** 2))
+    gap = float((t_a - t_b) @ (0.5 * (m + m.T)) @ (t_a - t_b))
     if gap > 4.0 * dim * (k_a + k_b):
         return q, errors
     k = 1.0 / (1.0 / k_a + 1.0 / k_b)
