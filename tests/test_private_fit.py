@@ -35,11 +35,14 @@ def neighbours():
     y = (rng.random(N) < 0.5).astype(int)
     X2, y2 = X.copy(), y.copy()
     X2[7], y2[7] = np.array([1.0, 1.0, -1.0]), 1 - y[7]
+    X3 = X.copy()
+    X3[7] = np.array([1.0, 1e155, -1.0])  # finite, but its squares overflow (found in review)
     return (
         pdp.PerRowLikelihood(_logistic(X, y), compile_kwargs=FAST),
         pdp.PerRowLikelihood(_logistic(X2, y2), compile_kwargs=FAST),
         X,
         y,
+        pdp.PerRowLikelihood(_logistic(X3, y2), compile_kwargs=FAST),
     )
 
 
@@ -54,7 +57,7 @@ def test_replacing_one_row_moves_the_curvature_by_at_most_its_bound(neighbours, 
     """The released curvature moves by at most 2 c (observed information) or sqrt(2) c (outer
     products, positive semidefinite) in L2, for any metric and any clip, clipping active or not;
     the histogram of norms by at most sqrt(2)."""
-    lik, lik2, _, _ = neighbours
+    lik, lik2, _, _, lik3 = neighbours
     rng = np.random.default_rng(2)
     sens = 2.0 if observed else np.sqrt(2.0)
     largest = 0.0
@@ -64,37 +67,50 @@ def test_replacing_one_row_moves_the_curvature_by_at_most_its_bound(neighbours, 
         bound = np.asarray(10.0 ** rng.uniform(-3, 1))
         edges = np.r_[0.0, np.geomspace(1e-4, 10.0, 12)]
         s1, c1, _ = lik.curvature_kernel(observed)(q, w, bound, edges)
-        s2, c2, _ = lik2.curvature_kernel(observed)(q, w, bound, edges)
-        moved = np.linalg.norm(_weighted(s1) - _weighted(s2))
-        assert moved <= sens * bound * (1 + 1e-12), (trial, moved / bound)
-        assert np.linalg.norm(c1 - c2) <= np.sqrt(2.0) + 1e-12
+        for other in (lik2, lik3):
+            s2, c2, _ = other.curvature_kernel(observed)(q, w, bound, edges)
+            moved = np.linalg.norm(_weighted(s1) - _weighted(s2))
+            assert moved <= sens * bound * (1 + 1e-12), (trial, moved / bound)
+            assert np.linalg.norm(c1 - c2) <= np.sqrt(2.0) + 1e-12
+        moved = np.linalg.norm(_weighted(s1) - _weighted(lik2.curvature_kernel(observed)(
+            q, w, bound, edges)[0]))
         assert c1.sum() == N  # every row counted once
         largest = max(largest, moved / bound)
     assert largest > 1.0  # the bound is approached: the test can fail
 
 
 def test_replacing_one_row_moves_the_whitened_gradient_by_at_most_its_bound(neighbours):
-    lik, lik2, _, _ = neighbours
+    """Also for a row whose whitened norm overflows (it adds 0, never its unclipped value) and
+    whatever the raw clip."""
+    lik, lik2, _, _, lik3 = neighbours
     rng = np.random.default_rng(3)
     largest = 0.0
     for _ in range(12):
         q = rng.normal(0, 1.5, D)
         w = rng.normal(0, 1, (D, D)) + 2 * np.eye(D)
+        raw = np.asarray(10.0 ** rng.uniform(-1, 3))
         bound = np.asarray(10.0 ** rng.uniform(-2, 1))
         edges = np.r_[0.0, np.geomspace(1e-3, 10.0, 12)]
-        s1, c1, _ = lik.whitened_kernel()(q, w, bound, edges)
-        s2, c2, _ = lik2.whitened_kernel()(q, w, bound, edges)
-        moved = np.linalg.norm(s1 - s2)
-        assert moved <= 2.0 * bound * (1 + 1e-12)
-        assert np.linalg.norm(c1 - c2) <= np.sqrt(2.0) + 1e-12
+        s1, c1, _ = lik.whitened_kernel()(q, w, raw, bound, edges)
+        for other in (lik2, lik3):
+            s2, c2, _ = other.whitened_kernel()(q, w, raw, bound, edges)
+            moved = np.linalg.norm(s1 - s2)
+            assert moved <= 2.0 * bound * (1 + 1e-12)
+            assert np.linalg.norm(c1 - c2) <= np.sqrt(2.0) + 1e-12
+        moved = np.linalg.norm(s1 - lik2.whitened_kernel()(q, w, raw, bound, edges)[0])
         largest = max(largest, moved / bound)
     assert largest > 1.0
+    # the raw clip bounds every whitened norm by raw x ||W||: nothing lands above it
+    w = 5.0 * np.eye(D)
+    _, counts, _ = lik3.whitened_kernel()(np.zeros(D), w, np.asarray(0.1), np.asarray(1.0),
+                                         np.array([0.0, 0.5 + 1e-9]))
+    assert counts[1] == 0
 
 
 def test_glm_hess_clip_never_clips_and_the_kernels_match_numpy(neighbours):
     """With the public bound of pdp.glm_clip nothing is clipped: the release is X^T diag(p (1 -
     p)) X exactly; the whitened kernel sums W x_i (y_i - p_i)."""
-    lik, _, X, y = neighbours
+    lik, _, X, y, _ = neighbours
     clip = pdp.glm_clip(np.ones(D))
     q = np.array([0.3, -1.0, 2.0])
     p = 1 / (1 + np.exp(-X @ q))
@@ -102,7 +118,9 @@ def test_glm_hess_clip_never_clips_and_the_kernels_match_numpy(neighbours):
     total, _, _ = lik.curvature_kernel()(q, np.eye(D), np.asarray(clip.hess_clip), np.zeros(1))
     np.testing.assert_allclose(total, info, rtol=1e-10)
     w = np.linalg.inv(np.linalg.cholesky(info))
-    total, counts, _ = lik.whitened_kernel()(q, w, np.asarray(1e6), np.array([0.0, 0.1]))
+    total, counts, _ = lik.whitened_kernel()(
+        q, w, np.asarray(1e6), np.asarray(1e6), np.array([0.0, 0.1])
+    )
     white = (X * (y - p)[:, None]) @ w.T
     np.testing.assert_allclose(total, white.sum(0), rtol=1e-10)
     assert counts[1] == np.sum(np.linalg.norm(white, axis=1) >= 0.1)
@@ -223,3 +241,49 @@ def test_dplaplace_reports_its_expected_error(glm):
     assert len(pdp.PrivacyLedger.from_attrs(idata.attrs).shared) == 16
     with pytest.raises(ValueError, match="hess_clip"):
         pdp.DPLaplace(epsilon=4.0, grad_clip=clip.grad_clip, hess_clip=-1.0, model=model)
+
+
+def test_a_rare_subgroup_does_not_make_the_fit_confidently_wrong():
+    """Found in review: a flag set in 0.5% of 20 000 rows carries one direction's information,
+    its rows sit far above the bulk in the curvature's metric, hidden in the histogram's noise;
+    a clip that cut them made the next Newton step overshoot, and 27% of runs at epsilon 2
+    missed the exact MAP by more than 3 of their own sds (up to 9). Now none of 20 does
+    (measured: 0 of 30, largest |z| 2.2; coverage of the 90% intervals 0.97)."""
+    rng = np.random.default_rng(1)
+    n = 20_000
+    flag = 2.0 * (rng.random(n) < 0.005) - 1.0
+    X = np.column_stack([np.ones(n), rng.uniform(-1, 1, n), flag])
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.array([-2.0, 1.0, 1.0])))).astype(int)
+    q = np.zeros(3)
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-X @ q))
+        h = (X * (p * (1 - p))[:, None]).T @ X + np.eye(3) / 6.25
+        q = q + np.linalg.solve(h, X.T @ (y - p) - q / 6.25)
+    lik = pdp.PerRowLikelihood(_logistic(X, y), compile_kwargs=FAST)
+    clip = pdp.glm_clip(np.ones(3))
+    mu = gaussian_mu_for_budget(2.0, 1e-6)
+    z = np.array(
+        [
+            (f.mean - q) / np.sqrt(np.diag(f.posterior_cov))
+            for f in (
+                warm_start(
+                    lik, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, mu=mu,
+                    noise=NoiseSource(r),
+                )
+                for r in range(20)
+            )
+        ]
+    )
+    assert np.abs(z).max() < 3.0
+    assert np.mean(np.abs(z) < 1.645) >= 0.85
+
+
+def test_warm_start_checks_its_public_arguments(neighbours):
+    lik = neighbours[0]
+    for kwargs, name in (
+        ({"tempering": -1.0}, "tempering"),
+        ({"hess_clip": 0.0}, "hess_clip"),
+        ({"steps": 9}, "steps"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            warm_start(lik, grad_clip=1.0, mu=1.0, noise=NoiseSource(0), **kwargs)
