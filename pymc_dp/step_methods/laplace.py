@@ -1,10 +1,12 @@
 """DPLaplace: draws from a noise-aware Laplace approximation fitted privately, once.
 
-All of the budget goes to the private warm start of :mod:`pymc_dp.warmstart`: a few noisy Newton
-steps to the posterior mode with noisy Fisher information. The fit is the Gaussian
-:math:`N(\\hat q, H^{-1} + \\sigma^2 H^{-2})` in the model's unconstrained coordinates: the Laplace
-approximation at the private mode estimate, widened by the covariance of the privacy noise that
-estimate carries, so its intervals account for the noise ("noise-aware"). Every iteration of
+All of the budget goes to the private fit of :mod:`pymc_dp.warmstart`: a few noisy Newton steps
+to the posterior mode, each releasing the model's curvature and its gradient whitened by the
+previous release (every direction in posterior sds, clipped at a privately chosen quantile). The
+fit is a Gaussian in the model's unconstrained coordinates: the Laplace approximation at the
+private mode estimate, widened by the errors that estimate may carry (privacy noise, a bound on
+the clipping bias, the linearisation of a noisy Newton step), so its intervals account for them
+("noise-aware"); ``pdp.privacy_report`` states the expected error of every mean. Every iteration of
 every chain is an independent draw from it: post-processing, no further access to the data.
 
 This is not MCMC on the posterior. It is the right tool when the posterior is close to Gaussian
@@ -42,8 +44,15 @@ class DPLaplace(DPStep):
         norm :math:`C` in its first release (public; :attr:`pymc_dp.GLMClip.hess_clip` for a
         GLM, where nothing is clipped). Default: the curvature is estimated from per-row
         gradient outer products (empirical Fisher, bound ``grad_clip**2``), often 4x noisier.
+        Give it for GLMs only (their rows' Hessians are positive semidefinite) and at most 32
+        coordinates (its kernel grows as their square).
+
+    Notes on scope: the fit is measured on GLMs (logistic, Poisson regressions). For models
+    with a scale parameter (Normal with unknown sigma, StudentT) a review found runs several of
+    their own sds off: use MCMC or :mod:`pymc_dp.expfam` there until issue 22 lands.
     steps : int
-        Noisy Newton steps of the fit (default 4; each releases a curvature and a gradient).
+        Noisy Newton steps of the fit (default 4, at most 5; each releases a curvature and a
+        gradient, each with a histogram of its rows' norms).
     epsilon, delta, chains, noise_seed, exact_noise, diagnostics, row_dim, row_axes, public
         See :class:`~pymc_dp.step_methods.base.DPStep`. The whole budget is spent when the step
         is created; chains and draws then cost nothing.
@@ -83,6 +92,12 @@ class DPLaplace(DPStep):
         super().__init__(vars, **kwargs)
         if self.epsilon is None:
             raise ValueError("DPLaplace needs `epsilon`: it spends all of it on its fit.")
+        if self.hess_clip is not None and self.likelihood.dim > 32:
+            raise ValueError(
+                f"`hess_clip` releases the observed information, whose kernel grows as the "
+                f"square of the {self.likelihood.dim} coordinates (over 32): leave it out (the "
+                "curvature then comes from gradient outer products)."
+            )
         self.warm_start_share = 1.0
         self._run_warm_start(steps=self.steps)
 
