@@ -221,9 +221,9 @@ class RowShard:
 
     @worker_safe
     def whitened(
-        self, q: np.ndarray, w: np.ndarray, raw: np.ndarray, bound: np.ndarray, edges: np.ndarray
+        self, q: np.ndarray, w: np.ndarray, bound: np.ndarray, edges: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        total, counts, _ = self.likelihood.whitened_kernel()(q, w, raw, bound, edges)
+        total, counts, _ = self.likelihood.whitened_kernel()(q, w, bound, edges)
         return np.asarray(total), np.asarray(counts)
 
 
@@ -356,8 +356,8 @@ class DistributedLikelihood(PerRowLikelihood):
     def whitened_kernel(self):
         prior = self.prior_fn
 
-        def kernel(q, w, raw, bound, edges):
-            parts = self._gather("whitened", q, w, raw, bound, edges)
+        def kernel(q, w, bound, edges):
+            parts = self._gather("whitened", q, w, bound, edges)
             return [sum(p[0] for p in parts), sum(p[1] for p in parts), prior(q)[1]]
 
         return kernel

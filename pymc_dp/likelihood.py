@@ -49,6 +49,11 @@ COMPILE_LOCK = threading.RLock()
 _MAX_COMPONENT_DIM = 32
 
 
+def _finite_or_zero(x: Variable) -> Variable:
+    """``x`` with every non-finite entry replaced by 0 (a clipped row can only lose norm)."""
+    return pt.switch(pt.isfinite(x), x, 0.0)
+
+
 class PerRowLikelihood:
     """Per-row log-likelihood, per-row gradients and prior of a PyMC model, in raveled form.
 
@@ -411,7 +416,9 @@ class PerRowLikelihood:
             weights = np.where(rows == cols, 1.0, 2.0)
             sq = functools.reduce(pt.add, [k * e**2 for k, e in zip(weights, entries, strict=True)])
             finite, norms, scale = self._norm_scale(sq, bound)
-            upper = [pt.sum(pt.switch(finite, e, 0.0) * scale) for e in entries]
+            # each entry's contribution checked as summed: rewrites may compute the norm and the
+            # entry in forms that disagree on overflow (a NaN past the norm's check: review 2)
+            upper = [pt.sum(_finite_or_zero(pt.switch(finite, e, 0.0) * scale)) for e in entries]
             total = pt.zeros((self.dim, self.dim), dtype=self._q.dtype)
             total = pt.set_subtensor(total[rows, cols], pt.stack(upper))
             total = pt.set_subtensor(total[cols, rows], pt.stack(upper))
@@ -425,30 +432,28 @@ class PerRowLikelihood:
         return above - pt.concatenate([above[1:], pt.zeros((1,), dtype=above.dtype)])
 
     def whitened_kernel(self):
-        """Compile ``(q, W, raw_bound, bound, edges) -> (sum_i clip_norm(W clip_norm(g_i,
-        raw_bound), bound), counts, grad log prior(q))``: per-row gradients ``g_i`` clipped to
-        ``raw_bound`` (so ``raw_bound ||W||`` bounds every whitened norm, whatever the model),
-        mapped by the public matrix ``W`` (a whitening of the released curvature), clipped to L2
-        norm ``bound`` in that metric and summed, and the number of rows whose whitened norm
-        falls in each bin ``[edges_k, edges_k+1)`` (the last bin open above). Replacing one row
-        moves the sum by at most ``2 bound`` in L2 and the counts by at most ``sqrt(2)``. A row
-        whose gradient or whitened norm is not finite counts as norm 0 and adds 0. All outputs
-        are sums over rows (shards add up).
+        """Compile ``(q, W, bound, edges) -> (sum_i clip_norm(W g_i, bound), counts, grad log
+        prior(q))``: per-row gradients ``g_i`` mapped by the public matrix ``W`` (a whitening
+        of the released curvature), clipped to L2 norm ``bound`` in that metric and summed, and
+        the number of rows whose whitened norm falls in each bin ``[edges_k, edges_k+1)`` (the
+        last bin open above). Replacing one row moves the sum by at most ``2 bound`` in L2 and
+        the counts by at most ``sqrt(2)``. A row whose gradient or whitened norm is not finite
+        counts as norm 0 and adds 0, and so does any entry of a row's clipped contribution that
+        is not finite (a row can only lose norm). All outputs are sums over rows (shards add up).
         """
         if "whitened" not in self._kernels:
             w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
-            raw_bound = pt.scalar("raw_bound", dtype=self._q.dtype)
             bound = pt.scalar("bound", dtype=self._q.dtype)
             edges = pt.vector("edges", dtype=self._q.dtype)
             grads = pt.stack(self._grad_components(self._rows), axis=1)
-            finite, _, raw_scale = self._norm_scale(pt.sum(grads**2, axis=1), raw_bound)
-            grads = pt.switch(finite[:, None], grads * raw_scale[:, None], 0.0)
-            white = pt.dot(grads, w.T)
+            finite_rows = pt.all(pt.isfinite(grads), axis=1)
+            white = pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
             # a finite row can still overflow once whitened: it adds 0, never unclipped
             finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1), bound)
-            total = pt.dot(pt.switch(finite, scale, 0.0), pt.switch(finite[:, None], white, 0.0))
+            clipped = pt.switch(finite[:, None], white, 0.0) * scale[:, None]
+            total = pt.sum(_finite_or_zero(clipped), axis=0)
             self._kernels["whitened"] = self._compile(
-                [self._q, w, raw_bound, bound, edges],
+                [self._q, w, bound, edges],
                 [total, self._bin_counts(norms, edges), self._prior_grad],
             )
         return self._kernels["whitened"]

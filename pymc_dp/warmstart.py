@@ -426,16 +426,18 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             continue  # the prior overflows here (public: no data); the releases stay as planned
         m = 0.5 * (curvature + curvature.T) + prec
         w = _whitening(m)  # M^{-1} = W^T W
-        top = b_raw * np.linalg.norm(w, 2)  # every row's whitened norm (raw clip at b_raw)
+        # the whitened norms' bound where grad_clip bounds the raw ones (a GLM inside its public
+        # bounds); rows above it land in the last bin, open above
+        top = b_raw * np.linalg.norm(w, 2)
         typical = np.sqrt(dim / n)  # rms whitened norm where M matches the information
         lo = min(0.25 * typical, 0.5 * top)
         edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
-        _, counts, _ = whitened(q, w, np.asarray(b_raw), np.asarray(top), edges)
+        _, counts, _ = whitened(q, w, np.asarray(top), edges)
         counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
         per_unit = noise.gaussian_std(2.0 * temp, m_grad.noise_multiplier, dim)
         c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
         c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
-        s_sum, _, prior_grad = whitened(q, w, np.asarray(b_raw), np.asarray(c), edges[:1])
+        s_sum, _, prior_grad = whitened(q, w, np.asarray(c), edges[:1])
         s = noise.gaussian(temp * s_sum, 2.0 * temp * c, m_grad.noise_multiplier)
         if not np.all(np.isfinite(prior_grad)):
             continue

@@ -204,8 +204,8 @@ def test_dask_rows_bind_the_row_count_and_sum_like_memory(client, rows):
         ):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     for got, want in zip(
-        bound.likelihood.whitened_kernel()(q, w, b, b, edges),
-        reference.whitened_kernel()(q, w, b, b, edges),
+        bound.likelihood.whitened_kernel()(q, w, b, edges),
+        reference.whitened_kernel()(q, w, b, edges),
         strict=True,
     ):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
