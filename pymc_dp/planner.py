@@ -71,8 +71,8 @@ DEFAULT_INFO_FRACTION = 0.04
 #: Whitened per-row gradient norms the fit clips at, over their rms ``sqrt(d / n)``: calibrated
 #: on the benchmark's synthetic logistic regression (n = 1e5; measured largest errors over the
 #: prediction 2.6-3.1 at epsilon 1-4, 20 runs each) and checked on real data it was not fitted
-#: to: fair 2.5-2.7, breast cancer 2.5-4.1, randhie 4.4 / 4.7 / 8.2 at epsilon 4 / 2 / 1 (rows
-#: of high leverage; at epsilon 1 the Newton steps no longer reach the mode: 2.7x optimistic).
+#: to: fair 2.5-3.3, breast cancer 2.5-5, randhie 4.5-12 (rows of high leverage, and at small
+#: budgets Newton steps that do not reach the mode: 2-4x optimistic there).
 WHITENED_TAIL = 3.0
 #: Noise std on the log ratio the zero-tuning penalty steps settle at (acceptance ~0.25).
 _SIGMA = 2.4
