@@ -263,7 +263,8 @@ def sample(
     idata.attrs.update(plan.ledger.to_attrs())
     if getattr(step, "warm", None) is not None:
         idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.likelihood))
-    if kwargs.get("compute_convergence_checks", True):
+    # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
+    if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
         dp_warn(
             dp_warnings(idata, target_accept=getattr(step, "target_accept", None), advice=advice)
         )

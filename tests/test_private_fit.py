@@ -219,10 +219,22 @@ def test_dplaplace_reports_its_expected_error(glm):
         step = pdp.DPLaplace(
             epsilon=4.0, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, noise_seed=3
         )
-    idata = pdp.sample(
-        draws=200, tune=0, chains=2, cores=1, step=step, progressbar=False, model=model
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pdp.sample(
+            draws=200, tune=0, chains=2, cores=1, step=step, progressbar=False, model=model
+        )
+    # draws of a fit are not a chain: no R-hat / ESS warning about their Monte Carlo noise
+    assert not [w for w in caught if "R-hat" in str(w.message) or "ESS" in str(w.message)]
     report = pdp.privacy_report(idata)
+    # the kept draws come in antithetic pairs: each chain's mean is the fit's mean exactly
+    # (independent draws would be off by sd / sqrt(200), 7% of the fit's sd), and its spread
+    # is the fit's (the sd of 200 draws has a relative Monte Carlo error of 5%)
+    b = idata.posterior["b"].values
+    np.testing.assert_allclose(b.mean(axis=1), np.tile(step.warm.mean, (2, 1)), atol=1e-9)
+    np.testing.assert_allclose(b[:, 1::2], 2 * step.warm.mean - b[:, 0::2], atol=1e-9)
+    fit_sd = np.sqrt(np.diag(step.warm.posterior_cov))
+    np.testing.assert_allclose(b.std(axis=(0, 1)), fit_sd, rtol=0.2)
     assert set(report.expected_error) == {f"b[{i}]" for i in range(4)}
     assert report.fit_error["expected_largest_error"] == pytest.approx(
         step.warm.expected_largest_error

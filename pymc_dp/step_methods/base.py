@@ -178,6 +178,8 @@ class DPStep(ArrayStepShared):
     adapt_covariance: bool = False
     #: Whether the step needs only full-data sums (rows may live on Dask workers).
     distributed_rows: ClassVar[bool] = False
+    #: Whether the draws are of a fitted distribution, not a chain (no mixing diagnostics).
+    fit_draws: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         # record the arguments of the outermost constructor, so that rebuild() can make the

@@ -11,8 +11,11 @@ every chain is an independent draw from it: post-processing, no further access t
 
 This is not MCMC on the posterior. It is the right tool when the posterior is close to Gaussian
 (many rows per parameter, a GLM) and the budget is too small for a chain to mix: the planner
-(:func:`pymc_dp.plan`) recommends it there. The chains it returns are independent draws, so
-R-hat and ESS describe the draws, not the quality of the approximation.
+(:func:`pymc_dp.plan`) recommends it there. The chains it returns are draws of the fit in
+antithetic pairs (``mean + z``, ``mean - z``; tuning draws are independent), so the mean of an
+even number of kept draws is the fit's mean exactly; R-hat and ESS describe the draws (the pairs'
+negative correlation makes ESS of the mean exceed the draw count), not the quality of the
+approximation.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class DPLaplace(DPStep):
 
     Notes
     -----
-    Stats: ``accepted`` (always true: independent draws), ``dp_epsilon`` / ``dp_mu`` /
+    Stats: ``accepted`` (always true: draws of the fit), ``dp_epsilon`` / ``dp_mu`` /
     ``dp_delta`` (the warm start's, the whole budget from the first draw).
 
     References
@@ -71,6 +74,7 @@ class DPLaplace(DPStep):
     """
 
     name = "dp_laplace"
+    fit_draws = True
     distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
     stats: ClassVar[dict[str, Stat]] = {**PRIVACY_STATS, "dp_mu": Stat(np.float64)}
 
@@ -117,5 +121,19 @@ class DPLaplace(DPStep):
     def mechanisms(self) -> tuple:
         return ()
 
+    def _reset_chain(self) -> None:
+        super()._reset_chain()
+        self._pair: np.ndarray | None = None
+
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
-        return self.warm.draw(self.rng).astype(q.dtype), {"accepted": True}
+        # antithetic pairs among the kept draws (``mean + z``, then ``mean - z``): each is a
+        # draw of the fit, and an even number of them averages to the fit's mean exactly, so
+        # a summary's mean carries no Monte Carlo error (a wide fit's 2000 independent draws
+        # put up to a NUTS sd of it into the mean)
+        kept = self._iteration - self._plan.tune
+        if kept >= 0 and kept % 2 == 1 and self._pair is not None:
+            draw, self._pair = 2.0 * self.warm.mean - self._pair, None
+        else:
+            draw = self.warm.draw(self.rng)
+            self._pair = draw if kept >= 0 else None
+        return draw.astype(q.dtype), {"accepted": True}
