@@ -423,8 +423,8 @@ class PrivacyReport:
                 f"released values: {max(f['expected_error']):.2g} posterior sds expected per "
                 f"mean, the largest of them ~{f['expected_largest_error']:.2g}; parts "
                 f"(posterior sds): noise {f['noise']:.2g}, clipping bias <= {f['bias']:.2g}, "
-                f"curvature {f['curvature']:.2g}, linearisation {f['linearisation']:.2g}; all "
-                "in the intervals"
+                f"curvature {f['curvature']:.2g}, linearisation {f['linearisation']:.2g}, "
+                f"walk left {f.get('walk', 0.0):.2g}; all in the intervals"
             )
         if self.adaptation:
             lines.append(f"  adaptation:   {self.adaptation}")
