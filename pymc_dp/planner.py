@@ -248,7 +248,7 @@ def plan(
         short_tune = min(tune, max(MIN_TUNE, draws // 4))
         split_ess = ess * (tune + draws) / (short_tune + draws)
         split = dict(warm_start=0.5, tune=short_tune, draws=draws, chains=chains, ess=split_ess)
-    else:  # iid draws from the noise-aware fit: no tuning, every draw effective
+    else:  # draws of the noise-aware fit: no tuning, every draw effective
         split = dict(warm_start=1.0, tune=0, draws=draws, chains=chains, ess=chains * draws)
     advice: list[str] = []
     if mcmc_ok:

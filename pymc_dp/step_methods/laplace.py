@@ -7,7 +7,7 @@ fit is a Gaussian in the model's unconstrained coordinates: the Laplace approxim
 private mode estimate, widened by the errors that estimate may carry (privacy noise, a bound on
 the clipping bias, the linearisation of a noisy Newton step), so its intervals account for them
 ("noise-aware"); ``pdp.privacy_report`` states the expected error of every mean. Every iteration of
-every chain is an independent draw from it: post-processing, no further access to the data.
+every chain is a draw from it: post-processing, no further access to the data.
 
 This is not MCMC on the posterior. It is the right tool when the posterior is close to Gaussian
 (many rows per parameter, a GLM) and the budget is too small for a chain to mix: the planner
