@@ -411,6 +411,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     w = np.eye(dim)  # the metric of the next curvature release: raw at first
     targets: list = []
     walk = None
+    last_t = -1
     for t in range(steps):
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
         # the curvature in the current metric, clipped at a private quantile of its norms
@@ -466,7 +467,13 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             r = float(np.linalg.norm(z))
             kappa = (per_unit * c) ** 2
             walk = _walk_remaining(
-                w.T @ z, q - targets[-1][0] if targets else None, m, r, np.sqrt(kappa * dim)
+                w.T @ z,
+                # the step before, if the last step came right after it (a skipped step would
+                # make it span two and understate the ratio)
+                q - targets[-1][0] if targets and last_t == t - 1 else None,
+                m,
+                r,
+                np.sqrt(kappa * dim),
             )
             errors = {
                 "noise": float(np.sqrt(kappa)),
@@ -477,6 +484,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             }
         grad = np.linalg.solve(w, z)  # the posterior's gradient, raw coordinates
         targets.append((q.copy(), grad, (per_unit * c) ** 2))
+        last_t = t
         q = q + _backtrack(likelihood, q, w.T @ z)
     prec = _prior_precision(likelihood, q)
     if errors and prec is not None and len(targets) > 1:
