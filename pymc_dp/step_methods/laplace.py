@@ -50,9 +50,6 @@ class DPLaplace(DPStep):
         Give it for GLMs only (their rows' Hessians are positive semidefinite) and at most 32
         coordinates (its kernel grows as their square).
 
-    Notes on scope: the fit is measured on GLMs (logistic, Poisson regressions). For models
-    with a scale parameter (Normal with unknown sigma, StudentT) a review found runs several of
-    their own sds off: use MCMC or :mod:`pymc_dp.expfam` there until issue 22 lands.
     steps : int
         Noisy Newton steps of the fit (default 4, at most 5; each releases a curvature and a
         gradient, each with a histogram of its rows' norms).
@@ -62,6 +59,15 @@ class DPLaplace(DPStep):
 
     Notes
     -----
+    Scope: the fit is measured on GLMs (logistic, Poisson regressions). For models with a scale
+    parameter (Normal with unknown sigma, StudentT) a review found runs several of their own sds
+    off: use MCMC or :mod:`pymc_dp.expfam` there until issue 22 lands. Logistic regressions with
+    a mode far from 0 (coefficients of 5-7 on [-1, 1] covariates, near-separable binary designs)
+    make the Newton walk slow; its distance left is in the spread, widely, but a review still
+    found 15-20% of runs more than 3 of their own sds off with 2 or 5 steps at 5000 rows, and
+    with fewer than ~1000 rows at epsilon 0.5 (the curvature is then mostly noise); keep the
+    default 4 steps.
+
     Stats: ``accepted`` (always true: draws of the fit), ``dp_epsilon`` / ``dp_mu`` /
     ``dp_delta`` (the warm start's, the whole budget from the first draw).
 
