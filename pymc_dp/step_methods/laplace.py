@@ -49,7 +49,6 @@ class DPLaplace(DPStep):
         gradient outer products (empirical Fisher, bound ``grad_clip**2``), often 4x noisier.
         Give it for GLMs only (their rows' Hessians are positive semidefinite) and at most 32
         coordinates (its kernel grows as their square).
-
     steps : int
         Noisy Newton steps of the fit (default 4, at most 5; each releases a curvature and a
         gradient, each with a histogram of its rows' norms).
