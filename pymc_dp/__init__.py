@@ -24,6 +24,7 @@ from pymc_dp.step_methods import (
     DPMinibatchPenalty,
     DPPenalty,
     DPStep,
+    DPSuffStats,
 )
 
 __version__ = "0.2.0"
@@ -36,6 +37,7 @@ __all__ = [
     "DPMinibatchPenalty",
     "DPPenalty",
     "DPStep",
+    "DPSuffStats",
     "Encoded",
     "GLMClip",
     "GaussianMechanism",

@@ -261,6 +261,8 @@ def sample(
             stacklevel=2,
         )
     idata.attrs.update(plan.ledger.to_attrs())
+    if getattr(step, "release", None) is not None:
+        idata.attrs[RELEASE_ATTR] = step.release.to_attr()
     if getattr(step, "warm", None) is not None:
         idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.likelihood))
     # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
@@ -343,7 +345,9 @@ def _with_noise_seed(step: DPStep, plan, noise_seed: int):
         raise TypeError(f"`noise_seed` must be an integer, got {noise_seed!r}")
     if plan.exact_noise:
         raise ValueError("`noise_seed` cannot seed OpenDP's exact samplers: give one or other.")
-    if getattr(step, "warm", None) is not None and step.noise_seed != int(noise_seed):
+    # a warm start or a one-shot release ran when the step was made
+    early = any(getattr(step, a, None) is not None for a in ("warm", "release"))
+    if early and step.noise_seed != int(noise_seed):
         # the warm start ran when the step was made: a seed given now cannot reproduce it
         raise ValueError(
             f"`noise_seed` of pdp.sample cannot reach the private warm start {type(step).__name__} "
@@ -355,6 +359,8 @@ def _with_noise_seed(step: DPStep, plan, noise_seed: int):
 
 #: Attr of the private fit's error figures (released quantities only).
 FIT_ATTR = "pymc_dp_fit"
+#: A one-release step's description of its release (public).
+RELEASE_ATTR = "pymc_dp_release"
 
 
 def _coordinate_labels(likelihood) -> list[str]:
@@ -388,6 +394,8 @@ class PrivacyReport:
     adaptation: str = ""
     data_location: str = "in memory"
     fit_error: dict | None = None
+    #: What a one-release step released (DPSuffStats: the noisy sufficient statistics).
+    release: str = ""
 
     @property
     def expected_error(self) -> dict[str, float]:
@@ -410,7 +418,9 @@ class PrivacyReport:
             lines.append(f"  budget:       epsilon = {self.target_epsilon:.6g}")
         if self.delta_rule:
             lines.append(f"  delta:        {self.delta_rule}")
-        if self.warm_start_epsilon is not None:
+        if self.release:
+            lines.append(f"  release:      {self.release}")
+        elif self.warm_start_epsilon is not None:
             lines.append(
                 f"  warm start:   epsilon {self.warm_start_epsilon:.4g} of the total (spent once, "
                 "before sampling; the rest by the chains)"
@@ -472,6 +482,7 @@ def privacy_report(idata: DataTree) -> PrivacyReport:
             adaptation=ledger.adaptation,
             data_location=ledger.data_location,
             fit_error=json.loads(idata.attrs[FIT_ATTR]) if FIT_ATTR in idata.attrs else None,
+            release=str(idata.attrs.get(RELEASE_ATTR, "")),
         )
     stats = idata["sample_stats"] if "sample_stats" in idata.children else None
     if stats is not None and any(str(v).endswith("__dp_epsilon") for v in stats.data_vars):

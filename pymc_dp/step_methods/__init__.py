@@ -8,6 +8,8 @@
   :mod:`~pymc_dp.step_methods.barker_correction`);
 * :mod:`~pymc_dp.step_methods.laplace`: :class:`DPLaplace` (draws from a private, noise-aware
   Laplace fit: all of the budget in a warm start);
+* :mod:`~pymc_dp.step_methods.suffstats`: :class:`DPSuffStats` (Normal linear regression: its
+  sufficient statistics released once, NUTS on the noise-aware posterior);
 * :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
   and secret batches shared by the Metropolis-type steps.
 """
@@ -19,6 +21,7 @@ from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.laplace import DPLaplace
 from pymc_dp.step_methods.minibatch_penalty import DPMinibatchPenalty
 from pymc_dp.step_methods.penalty import DPPenalty
+from pymc_dp.step_methods.suffstats import DPSuffStats
 
 __all__ = [
     "DPHMC",
@@ -27,6 +30,7 @@ __all__ = [
     "DPMinibatchPenalty",
     "DPPenalty",
     "DPStep",
+    "DPSuffStats",
     "PrivacyBudgetError",
     "Stat",
 ]

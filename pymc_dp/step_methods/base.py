@@ -410,6 +410,10 @@ class DPStep(ArrayStepShared):
         estimates the curvature from gradient outer products."""
         return None
 
+    def _shared_entries(self) -> tuple:
+        """Releases made once for every chain (the warm start's), for the run's ledger."""
+        return self.warm.entries if self.warm is not None else ()
+
     def _run_warm_start(self, steps: int = 4) -> None:
         """Spend ``warm_start`` of the budget now, once for every chain of every run."""
         if self.warm_start_share == 0.0:
@@ -462,7 +466,7 @@ class DPStep(ArrayStepShared):
             noise_seed=self.noise_seed,
             exact_noise=self.exact_noise,
             delta_rule=self.delta_rule,
-            shared=self.warm.entries if self.warm is not None else (),
+            shared=self._shared_entries(),
             adaptation=self._adaptation(),
             data_location=getattr(self.likelihood, "location", "in memory"),
         )
@@ -496,7 +500,7 @@ class DPStep(ArrayStepShared):
             epsilon=epsilon,
             delta=self.delta,
             chains=chains,
-            shared=self.warm.entries if self.warm is not None else (),
+            shared=self._shared_entries(),
         )
 
     # ------------------------------------------------------------------ per chain

@@ -1,0 +1,413 @@
+r"""Normal linear regression from its sufficient statistics: detection, release, surrogate.
+
+A Normal likelihood whose mean is affine in the row's covariates,
+
+.. math:: y_i \sim N(w_0(\theta) + w(\theta)^\top z_i,\ \sigma(\theta)^2),
+
+depends on the data only through the Gram matrix :math:`G = \sum_i u_i u_i^\top` of
+:math:`u_i = (1, \tilde z_i, \tilde y_i)`, the rows mapped onto :math:`[-1, 1]` from declared
+public ranges. :func:`release_gram` releases :math:`G` once with Gaussian noise (Sheffet 2017;
+Bernstein & Sheldon 2019 release the same statistics). One row moves :math:`G` by
+:math:`\|uu^\top - u'u'^\top\|_F \le \sqrt{2}\,\|u\|^2 \le \sqrt 2 (k + 1)` (``k`` columns of
+``(1, z)``); the upper triangle is released with off-diagonal entries scaled by :math:`\sqrt 2`,
+so the vector's L2 norm is the Frobenius norm. ``G[0, 0] = n`` is public and not noised.
+
+The noise-aware posterior (:func:`surrogate_logp`) treats the true statistics as latent:
+:math:`G = \tilde G - E` with :math:`E` the known Gaussian noise. With :math:`A = G_{:k,:k}`,
+:math:`b = G_{:k,k}`, :math:`c = G_{k,k}`, standard regression theory gives the exact density of
+:math:`(b, c)` given :math:`A` and :math:`\theta`: :math:`b \sim N(A\beta, \sigma^2 A)` and,
+independently, :math:`\mathrm{RSS} = c - b^\top A^{-1} b \sim \sigma^2 \chi^2_{n-k}`. The Gram
+matrix of the covariates :math:`A` gets a flat prior (Bernstein & Sheldon model the covariates
+instead, with a normal model and a central limit approximation of all statistics; conditioning
+on :math:`A` needs no covariate model and keeps the outcome's part exact). At zero noise the
+surrogate equals the model's likelihood up to a constant (tested).
+
+Everything here that reads rows is :func:`release_gram`; the detection evaluates the model's
+graphs on synthetic designs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
+from pytensor.tensor.random.basic import NormalRV
+
+from pymc_dp.accounting._validate import check_positive
+from pymc_dp.accounting.ledger import GaussianMechanism
+from pymc_dp.graph import _CHECK_MODE, DataInput, _value_of
+from pymc_dp.noise import NoiseSource
+
+__all__ = [
+    "GramRelease",
+    "LinearGaussian",
+    "NotLinearGaussian",
+    "find_linear_gaussian",
+    "gram_sensitivity",
+    "release_gram",
+    "surrogate_logp",
+]
+
+#: Name of the release in the ledger and the report.
+RELEASE_NAME = "sufficient statistics (Gram matrix of 1, covariates, outcome)"
+#: Synthetic designs and parameter points of the linearity check (public, fixed).
+_CHECK_DESIGNS = 3
+
+
+class NotLinearGaussian(ValueError):
+    """The model is not a Normal likelihood with a mean affine in its covariates (the message
+    says which part; it names variables, never values)."""
+
+
+@dataclass(frozen=True, eq=False)
+class LinearGaussian:
+    """A model's Normal likelihood with an affine mean, as graphs of the raveled point ``q``.
+
+    ``covariates`` are the private per-row inputs of the mean, in design order; ``widths`` the
+    columns each contributes to a row's design ``z_i``. ``intercept`` (scalar), ``coefs``
+    (``(p,)``) and ``sigma`` (scalar) are the model's :math:`w_0, w, \\sigma` at ``q``.
+    """
+
+    observed: DataInput
+    covariates: tuple[DataInput, ...]
+    widths: tuple[int, ...]
+    q: Variable
+    intercept: Variable
+    coefs: Variable
+    sigma: Variable
+    prior: Variable
+
+    @property
+    def p(self) -> int:
+        return int(sum(self.widths))
+
+
+def _rows_first(value: np.ndarray, axis: int, n: int) -> np.ndarray:
+    return np.moveaxis(np.asarray(value, dtype=np.float64), axis, 0).reshape(n, -1)
+
+
+def _from_rows(design: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    moved = (shape[axis], *shape[:axis], *shape[axis + 1 :])
+    return np.moveaxis(design.reshape(moved), 0, axis)
+
+
+def _split_design(design: np.ndarray, covariates, widths) -> dict:
+    out, start = {}, 0
+    for inp, w in zip(covariates, widths, strict=True):
+        shape = tuple(_value_of(inp.var).shape)
+        block = design[:, start : start + w]
+        out[inp.var] = pt.constant(_from_rows(block, shape, inp.row_axis).astype(inp.var.dtype))
+        start += w
+    return out
+
+
+def find_linear_gaussian(likelihood) -> LinearGaussian:
+    """The model's Normal likelihood with an affine mean, or :class:`NotLinearGaussian`.
+
+    Reads no private values: the mean is evaluated on synthetic designs of the rows' shape (a
+    public fact), and compared with its affine form at random parameter points.
+    """
+    graph = likelihood.graph
+    model = graph.model
+    if graph.potentials or len(graph.observed) != 1:
+        raise NotLinearGaussian(
+            "the sufficient-statistics release needs exactly one observed variable and no "
+            "per-row potentials"
+        )
+    term = graph.observed[0]
+    rv = model[term.name]
+    if not isinstance(rv.owner.op, NormalRV):
+        raise NotLinearGaussian(
+            f"observed {term.name!r} is {type(rv.owner.op).__name__}, not Normal: its sufficient "
+            "statistics are not a Gram matrix"
+        )
+    n = graph.n_rows
+    if rv.type.ndim != 1 or term.row_axis != 0:
+        raise NotLinearGaussian(f"observed {term.name!r} must be one value per row (shape (n,))")
+    mu, sigma = model.replace_rvs_by_values(list(rv.owner.op.dist_params(rv.owner)))
+    if graph.private_nodes([sigma]):
+        raise NotLinearGaussian(f"the sd of {term.name!r} reads private data (heteroskedastic)")
+    if not all(sigma.type.broadcastable):
+        raise NotLinearGaussian(f"the sd of {term.name!r} must be one scalar for every row")
+    observed = next(i for i in graph.inputs if i.kind == "observed")
+    read = {id(v) for v in graph.private_nodes([mu])}
+    if id(observed.var) in read:
+        raise NotLinearGaussian(f"the mean of {term.name!r} reads the outcome itself")
+    covariates = tuple(i for i in graph.inputs if id(i.var) in read)
+    if len(covariates) != len(read) or any(i.kind != "row" for i in covariates):
+        raise NotLinearGaussian(
+            f"the mean of {term.name!r} reads private inputs without rows (only per-row "
+            "covariates can enter the Gram matrix)"
+        )
+    widths = tuple(int(_value_of(i.var).size // n) for i in covariates)
+    p = int(sum(widths))
+    if n <= p + 3:
+        raise NotLinearGaussian(f"{n} rows for {p} covariates: too few for the Gram release")
+    basis = np.zeros((n, p))
+    basis[1 : p + 1] = np.eye(p)
+    mu_basis = graph_replace(mu, _split_design(basis, covariates, widths), strict=False)
+    mu_basis = pt.broadcast_to(mu_basis, (n,))
+    intercept, coefs = mu_basis[0], mu_basis[1 : p + 1] - mu_basis[0]
+    _check_affine(likelihood, mu, (intercept, coefs), covariates, widths, term.name)
+    point = model.initial_point()
+    vars_ = likelihood.vars
+    (intercept, coefs, sigma, prior), q = _join(
+        point, [intercept, coefs, pt.reshape(sigma, ()), graph.prior], vars_, likelihood.shared
+    )
+    return LinearGaussian(observed, covariates, widths, q, intercept, coefs, sigma, prior)
+
+
+def _join(point, outputs, inputs, shared):
+    from pymc.pytensorf import join_nonshared_inputs
+
+    return join_nonshared_inputs(point, outputs, inputs, shared)
+
+
+def _check_affine(likelihood, mu, parts, covariates, widths, name) -> None:
+    """``mu(Z, q) == w0(q) + Z w(q)`` on synthetic designs ``Z`` at random points ``q``."""
+    model, n, p = likelihood.graph.model, likelihood.n_rows, int(sum(widths))
+    rng = np.random.default_rng(20191208)  # public: synthetic designs, no data
+    vars_ = likelihood.vars
+    point = model.initial_point()
+    outs, q = _join(point, [pt.broadcast_to(mu, (n,)), *parts], vars_, likelihood.shared)
+    for _ in range(_CHECK_DESIGNS):
+        design = rng.normal(size=(n, p))
+        swap = _split_design(design, covariates, widths)
+        fn = pytensor.function([q], graph_replace(outs, swap, strict=False), mode=_CHECK_MODE)
+        q_at = likelihood.ravel(point) + rng.normal(scale=0.5, size=likelihood.dim)
+        with np.errstate(all="ignore"):
+            mu_z, w0, w = (np.asarray(v, dtype=float) for v in fn(q_at))
+        affine = w0 + design @ w
+        if not np.allclose(mu_z, affine, rtol=1e-7, atol=1e-9 * (1 + np.abs(affine).max())):
+            raise NotLinearGaussian(
+                f"the mean of {name!r} is not affine in its covariates (a transformed covariate "
+                "must be computed outside the model, as a column of its own)"
+            )
+
+
+def gram_sensitivity(k: int) -> float:
+    r"""L2 sensitivity of the weighted upper triangle of ``G``: :math:`\sqrt 2 (k + 1)` for rows
+    ``u`` in :math:`\{1\} \times [-1, 1]^{k}` (``k`` = covariates + outcome)."""
+    return float(np.sqrt(2.0) * (k + 1))
+
+
+@dataclass(frozen=True)
+class GramRelease:
+    """The released (noisy) Gram matrix and what its noise and encoding are (all public).
+
+    ``gram`` is ``(m, m)`` with ``m = p + 2`` (intercept, ``p`` covariates, outcome), in encoded
+    units; ``noise_sd`` the std of each entry's noise (0 for ``gram[0, 0] = n``). Encoding:
+    ``z_enc = z * x_scale + x_shift``, ``y_enc = y * y_scale + y_shift``.
+    """
+
+    gram: np.ndarray
+    noise_sd: np.ndarray
+    n: int
+    x_scale: np.ndarray
+    x_shift: np.ndarray
+    y_scale: float
+    y_shift: float
+    mechanism: GaussianMechanism
+
+    def to_attr(self) -> str:
+        sd = self.noise_sd[np.triu_indices_from(self.noise_sd)]
+        return (
+            f"{RELEASE_NAME}: {self.gram.shape[0]}x{self.gram.shape[0]} over n = {self.n} rows, "
+            f"Gaussian noise sd {sd.max():.4g} (diagonal) in units of the [-1, 1] encoding; the "
+            "posterior models the noise (noise-aware)"
+        )
+
+
+def _encoding(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return 2.0 / (hi - lo), -(hi + lo) / (hi - lo)
+
+
+def release_gram(
+    design: np.ndarray,
+    outcome: np.ndarray,
+    *,
+    x_bounds: tuple[np.ndarray, np.ndarray],
+    y_bounds: tuple[float, float],
+    mu: float,
+    noise: NoiseSource,
+) -> GramRelease:
+    """Clip rows into the public bounds, encode them onto [-1, 1] and release their Gram matrix
+    with Gaussian noise of privacy loss ``mu`` (the PLD mean: multiplier ``1 / sqrt(2 mu)``,
+    replace-one)."""
+    check_positive(mu, "mu")
+    n, p = design.shape
+    x_lo, x_hi = (np.broadcast_to(np.asarray(b, float), (p,)) for b in x_bounds)
+    x_scale, x_shift = _encoding(x_lo, x_hi)
+    y_scale, y_shift = _encoding(np.float64(y_bounds[0]), np.float64(y_bounds[1]))
+    with np.errstate(all="ignore"):  # NaN rows are refused by the analysis; this maps nothing
+        z = np.clip(design, x_lo, x_hi) * x_scale + x_shift
+        y = np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift
+    u = np.column_stack([np.ones(n), z, y])
+    m = p + 2
+    gram = u.T @ u
+    rows, cols = np.triu_indices(m)
+    keep = ~((rows == 0) & (cols == 0))
+    weight = np.where(rows == cols, 1.0, np.sqrt(2.0))[keep]
+    multiplier = 1.0 / np.sqrt(2.0 * mu)  # mu: the PLD mean, mu = 1 / (2 multiplier^2)
+    sens = gram_sensitivity(m - 1)
+    noisy = noise.gaussian(gram[rows, cols][keep] * weight, sens, multiplier) / weight
+    sd_vec = NoiseSource.gaussian_std(sens, multiplier, int(keep.sum())) / weight
+    released, sd = np.zeros((m, m)), np.zeros((m, m))
+    released[rows[keep], cols[keep]] = noisy
+    sd[rows[keep], cols[keep]] = sd_vec
+    released[0, 0] = n
+    released = released + np.triu(released, 1).T
+    sd = sd + np.triu(sd, 1).T
+    return GramRelease(
+        gram=released,
+        noise_sd=sd,
+        n=n,
+        x_scale=x_scale,
+        x_shift=x_shift,
+        y_scale=float(y_scale),
+        y_shift=float(y_shift),
+        mechanism=GaussianMechanism(RELEASE_NAME, multiplier, 1),
+    )
+
+
+def noise_entries(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Latent noise entries of an ``(m, m)`` Gram matrix: the upper triangle of the first
+    ``m - 1`` columns but ``[0, 0]`` (the outcome's sum of squares is integrated out)."""
+    rows, cols = np.triu_indices(m)
+    keep = ~((rows == 0) & (cols == 0)) & (cols < m - 1) | ((cols == m - 1) & (rows < m - 1))
+    return rows[keep], cols[keep]
+
+
+def log_rss_density(x, s2, noise_var, nu: int):
+    r"""Saddlepoint log-density of :math:`x = \sigma^2 \chi^2_\nu + N(0, v)` at ``x``.
+
+    The cumulant generating function is :math:`K(t) = -\tfrac\nu2 \log(1 - 2\sigma^2 t) +
+    v t^2 / 2`; with :math:`w = 1 - 2\sigma^2 t` the saddlepoint equation :math:`K'(t) = x`
+    is the quadratic :math:`\kappa w^2 + (x - \kappa) w - \nu\sigma^2 = 0`,
+    :math:`\kappa = v / (2\sigma^2)`, whose positive root is taken in the form that does not
+    cancel. At ``v = 0`` this is the chi-square density up to a constant that depends on
+    :math:`\nu` only (the saddlepoint approximation is exact for the gamma family after
+    normalisation), so the noise-free limit is the exact likelihood of :math:`\sigma`.
+    """
+    kappa = noise_var / (2 * s2)
+    lin = x - kappa
+    root = pt.sqrt(lin**2 + 4 * kappa * nu * s2)
+    w = pt.switch(
+        pt.ge(lin, 0),
+        2 * nu * s2 / (lin + root),
+        (root - lin) / (2 * pt.maximum(kappa, 1e-300)),
+    )
+    t = (1 - w) / (2 * s2)
+    k = -0.5 * nu * pt.log(w) + 0.5 * noise_var * t**2
+    k2 = 2 * nu * s2**2 / w**2 + noise_var
+    return k - t * x - 0.5 * pt.log(2 * np.pi * k2)
+
+
+def surrogate_logp(
+    release: GramRelease,
+    intercept: Variable,
+    coefs: Variable,
+    sigma: Variable,
+    latent: Variable,
+) -> Variable:
+    r"""Log-density of the released statistics given the model's parameters and the latent
+    noise of the covariates' Gram matrix and cross products (module docstring).
+
+    ``latent`` holds the standardised noise of every entry of :func:`noise_entries`; the true
+    ``A`` and ``b`` are the released ones minus ``noise_sd * latent``. The outcome's sum of
+    squares ``c`` is integrated out: :math:`\tilde c - b^\top A^{-1} b` is the residual sum of
+    squares (:math:`\sigma^2\chi^2_{n-k}`) plus the release's noise (:func:`log_rss_density`).
+    ``-inf`` where the latent ``A`` is not positive definite.
+    """
+    m = release.gram.shape[0]
+    k = m - 1
+    rows, cols = noise_entries(m)
+    delta = pt.zeros((m, m))
+    delta = pt.set_subtensor(delta[rows, cols], release.noise_sd[rows, cols] * latent)
+    delta = delta + pt.triu(delta, 1).T
+    g = pt.as_tensor(release.gram) - delta
+    a, b, c = g[:k, :k], g[:k, k], g[k, k]
+    # the model in encoded units: y_enc = y_scale (w0 + w z) + y_shift, z = (z_enc - shift)/scale
+    slope = coefs / release.x_scale
+    beta = pt.concatenate(
+        [
+            pt.stack(
+                [release.y_scale * (intercept - pt.sum(slope * release.x_shift)) + release.y_shift]
+            ),
+            release.y_scale * slope,
+        ]
+    )
+    s2 = (release.y_scale * sigma) ** 2
+    chol = pt.linalg.cholesky(a, lower=True, on_error="nan")
+    h = pt.linalg.solve_triangular(chol, b, lower=True)
+    resid = h - chol.T @ beta  # L^-1 (b - A beta)
+    half_logdet = pt.sum(pt.log(pt.diag(chol)))
+    log_b = -0.5 * k * pt.log(2 * np.pi * s2) - half_logdet - pt.sum(resid**2) / (2 * s2)
+    noise_c = float(release.noise_sd[k, k]) ** 2
+    log_c = log_rss_density(c - pt.sum(h**2), s2, noise_c, release.n - k)
+    ok = pt.all(pt.isfinite(chol))
+    return pt.switch(ok, log_b + log_c, -np.inf)
+
+
+def bounds_for(
+    lg: LinearGaussian,
+    outcome_bounds,
+    covariate_bounds,
+    n: int,
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[float, float]]:
+    """Checked public bounds: per design column ``(lo, hi)`` and the outcome's ``(lo, hi)``."""
+    y_lo, y_hi = _pair(outcome_bounds, "outcome_bounds", 1)
+    given = covariate_bounds
+    if given is None:
+        given = (-1.0, 1.0)
+    if isinstance(given, Mapping):
+        labels = {_key(i): i for i in lg.covariates}
+        unknown = set(given) - set(labels)
+        if unknown:
+            raise ValueError(
+                f"`covariate_bounds` names {sorted(unknown)}; the mean reads {sorted(labels)}."
+            )
+        missing = sorted(set(labels) - set(given))
+        if missing:
+            raise ValueError(f"`covariate_bounds` has no range for {missing}.")
+        parts = [
+            _pair(given[_key(i)], f"covariate_bounds[{_key(i)!r}]", w)
+            for i, w in zip(lg.covariates, lg.widths, strict=True)
+        ]
+        lo = np.concatenate([pr[0] for pr in parts])
+        hi = np.concatenate([pr[1] for pr in parts])
+    else:
+        lo, hi = _pair(given, "covariate_bounds", lg.p)
+    return (lo, hi), (float(y_lo[0]), float(y_hi[0]))
+
+
+def _key(inp: DataInput) -> str:
+    """How ``covariate_bounds`` names an input: its ``pm.Data`` name, else its label."""
+    return inp.var.name if isinstance(inp.var, SharedVariable) and inp.var.name else inp.label
+
+
+def rows_of(lg: LinearGaussian, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The private design ``(n, p)`` (covariates in design order) and outcome ``(n,)``."""
+    design = [_rows_first(_value_of(i.var), i.row_axis, n) for i in lg.covariates]
+    outcome = _rows_first(_value_of(lg.observed.var), lg.observed.row_axis, n)[:, 0]
+    return (np.column_stack(design) if design else np.zeros((n, 0))), outcome
+
+
+def _pair(spec, name: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        lo, hi = spec
+        lo = np.broadcast_to(np.asarray(lo, dtype=float), (width,)).copy()
+        hi = np.broadcast_to(np.asarray(hi, dtype=float), (width,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a public range (lo, hi): scalars or {width} per column"
+        ) from None
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+        raise ValueError(f"`{name}` must be finite with lo < hi")
+    return lo, hi

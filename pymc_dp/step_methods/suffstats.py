@@ -1,0 +1,196 @@
+"""DPSuffStats: Normal linear regression from its sufficient statistics, released once.
+
+The whole budget buys one Gaussian release of the Gram matrix of ``(1, covariates, outcome)``
+(:mod:`pymc_dp.linear_gaussian`); every chain is then a NUTS chain on the noise-aware posterior
+*exact prior x density of the true statistics given the released ones*, with the privacy noise
+as latent variables. Post-processing: no further access to the data, so chains and draws cost
+nothing, and there is no clipping of scores, hence no clipping bias: the noise sd, the
+coefficients and hierarchical or bounded priors keep their true shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+import pymc as pm
+from pytensor.graph.replace import graph_replace
+
+from pymc_dp.accounting._validate import check_count, check_probability
+from pymc_dp.linear_gaussian import (
+    NotLinearGaussian,
+    bounds_for,
+    find_linear_gaussian,
+    noise_entries,
+    release_gram,
+    rows_of,
+    surrogate_logp,
+)
+from pymc_dp.noise import NoiseSource
+from pymc_dp.step_methods.base import _WARM_START_STREAM, PRIVACY_STATS, DPStep, Stat
+
+__all__ = ["DPSuffStats"]
+
+
+class DPSuffStats(DPStep):
+    r"""Differentially private Normal linear regression from noisy sufficient statistics.
+
+    For a model whose likelihood is ``pm.Normal(mu=w0 + X @ w, sigma=s, observed=y)`` with
+    ``mu`` affine in the private per-row covariates (any number of ``pm.Data`` containers or
+    arrays; detected from the graph) and ``sigma`` one scalar, the rows are clipped into public
+    ranges, mapped onto :math:`[-1, 1]`, and their Gram matrix is released once with Gaussian
+    noise (the whole budget). The chains are NUTS on the exact prior times the exact density of
+    the true statistics given the released ones, the noise integrated as latent variables
+    (noise-aware, after Bernstein & Sheldon 2019): intervals carry the privacy noise, and nothing
+    is clipped but the data into its declared ranges.
+
+    Parameters
+    ----------
+    vars : list, optional
+        Free variables; must be all of them (the default).
+    outcome_bounds : (float, float)
+        Public range of the outcome (e.g. a scale's end points). Values outside are clipped
+        into it before the release (a bias the posterior does not know: give the true range).
+    covariate_bounds : (lo, hi) or dict, optional
+        Public ranges of the covariates: one ``(lo, hi)`` for every column (scalars or one per
+        column), or ``{pm.Data name: (lo, hi)}``. Default ``(-1, 1)``, the range of
+        :func:`pymc_dp.encode_covariates`.
+    nuts_tune : int
+        NUTS tuning iterations of each chain on the surrogate posterior (public computation).
+    target_accept : float
+        NUTS target acceptance on the surrogate posterior.
+    epsilon, delta, chains, noise_seed, exact_noise, row_dim, row_axes, public
+        See :class:`~pymc_dp.step_methods.base.DPStep`. The whole budget is spent when the step
+        is created.
+
+    Notes
+    -----
+    The noise sd of the Gram matrix grows as the number of columns: the release suits many rows
+    per column (it is one release, so it never runs out of budget as a chain would). The
+    posterior conditions on the covariates' Gram matrix under a flat prior (no model of the
+    covariates). Stats: ``accepted`` (true), ``surrogate_diverging`` (the surrogate's NUTS divergences,
+    computed from the release only), ``dp_epsilon`` / ``dp_mu`` / ``dp_delta``.
+
+    References
+    ----------
+    .. [1] Bernstein, G. and Sheldon, D. (2019). Differentially private Bayesian linear
+       regression. NeurIPS.
+    .. [2] Sheffet, O. (2017). Differentially private ordinary least squares. ICML.
+    """
+
+    name = "dp_suffstats"
+    stats: ClassVar[dict[str, Stat]] = {
+        **PRIVACY_STATS,
+        "dp_mu": Stat(np.float64),
+        "surrogate_diverging": Stat(bool),
+    }
+
+    def __init__(
+        self,
+        vars: Sequence | None = None,
+        *,
+        outcome_bounds: tuple[float, float],
+        covariate_bounds: tuple | Mapping | None = None,
+        nuts_tune: int = 1000,
+        target_accept: float = 0.9,
+        **kwargs,
+    ) -> None:
+        for knob in ("noise_multiplier", "warm_start"):
+            if kwargs.get(knob):
+                raise ValueError(f"DPSuffStats spends all of `epsilon` on one release: no `{knob}`.")
+        self.nuts_tune = check_count(nuts_tune, "nuts_tune", minimum=1)
+        self.nuts_target_accept = check_probability(target_accept, "target_accept")
+        super().__init__(vars, **kwargs)
+        if self.epsilon is None:
+            raise ValueError("DPSuffStats needs `epsilon`: it spends all of it on one release.")
+        try:
+            self.linear = find_linear_gaussian(self.likelihood)
+        except NotLinearGaussian as err:
+            raise ValueError(
+                f"DPSuffStats: {err}. Use DPLaplace (any GLM) or an MCMC step instead."
+            ) from None
+        x_bounds, y_bounds = bounds_for(
+            self.linear, outcome_bounds, covariate_bounds, self.n_rows
+        )
+        from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+
+        mu = gaussian_mu_for_budget(self.epsilon, self.delta)
+        noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
+        design, outcome = rows_of(self.linear, self.n_rows)
+        self.release = release_gram(
+            design, outcome, x_bounds=x_bounds, y_bounds=y_bounds, mu=mu, noise=noise
+        )
+        del design, outcome
+        self._surrogate: pm.Model | None = None
+
+    @classmethod
+    def _tunable(cls) -> bool:
+        return False
+
+    def _free_moves(self) -> bool:
+        return False  # NUTS moves every variable on the surrogate
+
+    def _shared_entries(self) -> tuple:
+        return (self.release.mechanism,)
+
+    def mechanisms(self) -> tuple:
+        return ()
+
+    # ------------------------------------------------------------------ the surrogate
+    def surrogate_model(self) -> pm.Model:
+        """The noise-aware posterior as a PyMC model of released values only: ``q`` (the
+        model's raveled free variables, unconstrained) and ``noise`` (the release's standardised
+        noise), with the exact prior and the statistics' density as potentials."""
+        if self._surrogate is None:
+            lg = self.linear
+            m = self.release.gram.shape[0]
+            with pm.Model(model=None) as model:  # not a sub-model of the user's
+                q = pm.Flat("q", shape=self.likelihood.dim)
+                latent = pm.Normal("noise", 0.0, 1.0, shape=len(noise_entries(m)[0]))
+                intercept, coefs, sigma, prior = graph_replace(
+                    [lg.intercept, lg.coefs, lg.sigma, lg.prior], {lg.q: q}, strict=False
+                )
+                pm.Potential("prior", prior)
+                pm.Potential(
+                    "statistics", surrogate_logp(self.release, intercept, coefs, sigma, latent)
+                )
+            self._surrogate = model
+        return self._surrogate
+
+    def sample_surrogate(self, draws: int, rng: np.random.Generator) -> tuple:
+        """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
+        divergences."""
+        q0 = self.likelihood.ravel(self.likelihood.model.initial_point())
+        logger = logging.getLogger("pymc")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            idata = pm.sample(
+                draws=draws,
+                tune=self.nuts_tune,
+                chains=1,
+                cores=1,
+                model=self.surrogate_model(),
+                random_seed=int(rng.integers(2**63)),
+                initvals={"q": q0},
+                target_accept=self.nuts_target_accept,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        finally:
+            logger.setLevel(level)
+        q = np.asarray(idata.posterior["q"].values[0], dtype=np.float64)
+        diverging = np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
+        return q, diverging
+
+    # ------------------------------------------------------------------ per chain
+    def _reset_chain(self) -> None:
+        plan = self._plan
+        self._draws, self._diverging = self.sample_surrogate(plan.tune + plan.draws, self.rng)
+
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        i = self._iteration
+        draw = self._draws[i].astype(q.dtype)
+        return draw, {"accepted": True, "surrogate_diverging": bool(self._diverging[i])}
