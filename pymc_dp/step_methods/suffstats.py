@@ -70,8 +70,8 @@ class DPSuffStats(DPStep):
     The noise sd of the Gram matrix grows as the number of columns: the release suits many rows
     per column (it is one release, so it never runs out of budget as a chain would). The
     posterior conditions on the covariates' Gram matrix under a flat prior (no model of the
-    covariates). Stats: ``accepted`` (true), ``surrogate_diverging`` (the surrogate's NUTS divergences,
-    computed from the release only), ``dp_epsilon`` / ``dp_mu`` / ``dp_delta``.
+    covariates). Stats: ``accepted`` (true), ``surrogate_diverging`` (the surrogate's NUTS
+    divergences, computed from the release only), ``dp_epsilon`` / ``dp_mu`` / ``dp_delta``.
 
     References
     ----------
@@ -99,7 +99,9 @@ class DPSuffStats(DPStep):
     ) -> None:
         for knob in ("noise_multiplier", "warm_start"):
             if kwargs.get(knob):
-                raise ValueError(f"DPSuffStats spends all of `epsilon` on one release: no `{knob}`.")
+                raise ValueError(
+                    f"DPSuffStats spends all of `epsilon` on one release: no `{knob}`."
+                )
         self.nuts_tune = check_count(nuts_tune, "nuts_tune", minimum=1)
         self.nuts_target_accept = check_probability(target_accept, "target_accept")
         super().__init__(vars, **kwargs)
@@ -111,9 +113,7 @@ class DPSuffStats(DPStep):
             raise ValueError(
                 f"DPSuffStats: {err}. Use DPLaplace (any GLM) or an MCMC step instead."
             ) from None
-        x_bounds, y_bounds = bounds_for(
-            self.linear, outcome_bounds, covariate_bounds, self.n_rows
-        )
+        x_bounds, y_bounds = bounds_for(self.linear, outcome_bounds, covariate_bounds, self.n_rows)
         from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 
         mu = gaussian_mu_for_budget(self.epsilon, self.delta)
