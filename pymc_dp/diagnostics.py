@@ -17,10 +17,20 @@ from xarray import DataTree
 __all__ = ["dp_warnings", "warn"]
 
 
-def dp_warnings(idata: DataTree, *, target_accept: float | None = None, advice: str = "") -> list:
-    """Messages about a released run (empty when nothing looks wrong)."""
+def dp_warnings(
+    idata: DataTree, *, target_accept: float | None = None, advice: str = "", free: bool = False
+) -> list:
+    """Messages about a released run (empty when nothing looks wrong). ``free``: the draws are
+    post-processing of one release (more of them cost no budget)."""
     msgs = []
     post, stats = idata["posterior"], idata["sample_stats"]
+    if "surrogate_diverging" in stats.data_vars:
+        div = int(stats["surrogate_diverging"].sum())
+        if div:
+            msgs.append(
+                f"{div} divergences of NUTS on the released statistics: its draws may be biased; "
+                "raise target_accept (e.g. 0.98) or nuts_tune (free: no further budget)"
+            )
     if "accepted" in stats.data_vars and target_accept is not None:
         acc = float(stats["accepted"].mean())
         if acc < 0.5 * target_accept or acc > min(0.95, 2.0 * target_accept):
@@ -37,7 +47,12 @@ def dp_warnings(idata: DataTree, *, target_accept: float | None = None, advice: 
     ds = post.to_dataset()
     rhat = float(np.nanmax(az.rhat(ds).to_array().values))
     ess = float(np.nanmin(az.ess(ds).to_array().values))
-    if not (rhat <= 1.01):
+    if not (rhat <= 1.01) and free:
+        msgs.append(
+            f"R-hat {rhat:.2f} > 1.01 and bulk ESS {ess:.0f}: NUTS on the released statistics "
+            "has not mixed; more draws or nuts_tune cost no budget"
+        )
+    elif not (rhat <= 1.01):
         msgs.append(
             f"R-hat {rhat:.2f} > 1.01 and bulk ESS {ess:.0f}: the chains have not mixed. A DP "
             "chain's effective sample size is bought by the budget (it grows with n and "

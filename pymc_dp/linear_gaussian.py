@@ -56,8 +56,8 @@ __all__ = [
 
 #: Name of the release in the ledger and the report.
 RELEASE_NAME = "sufficient statistics (Gram matrix of 1, covariates, outcome)"
-#: Synthetic designs and parameter points of the linearity check (public, fixed).
-_CHECK_DESIGNS = 3
+#: Scales of the synthetic designs of the linearity check (public, fixed).
+_CHECK_SCALES = (1.0, 30.0, 1e4)
 
 
 class NotLinearGaussian(ValueError):
@@ -176,13 +176,22 @@ def _check_affine(likelihood, mu, parts, covariates, widths, name) -> None:
     vars_ = likelihood.vars
     point = model.initial_point()
     outs, q = _join(point, [pt.broadcast_to(mu, (n,)), *parts], vars_, likelihood.shared)
-    for _ in range(_CHECK_DESIGNS):
-        design = rng.normal(size=(n, p))
+    integer = any(i.var.dtype.startswith(("int", "uint")) for i in covariates)
+    for scale in _CHECK_SCALES:  # kinks far out (a clip at 6, a switch at 8) show at large scales
+        design = rng.normal(scale=scale, size=(n, p))
+        if integer:
+            design = np.round(design)
         swap = _split_design(design, covariates, widths)
         fn = pytensor.function([q], graph_replace(outs, swap, strict=False), mode=_CHECK_MODE)
         q_at = likelihood.ravel(point) + rng.normal(scale=0.5, size=likelihood.dim)
-        with np.errstate(all="ignore"):
-            mu_z, w0, w = (np.asarray(v, dtype=float) for v in fn(q_at))
+        try:
+            with np.errstate(all="ignore"):
+                mu_z, w0, w = (np.asarray(v, dtype=float) for v in fn(q_at))
+        except Exception:  # noqa: BLE001 - on synthetic values only; e.g. a private index
+            raise NotLinearGaussian(
+                f"the mean of {name!r} cannot be evaluated on synthetic covariates (does it "
+                "index by a private input, e.g. a group code?)"
+            ) from None
         affine = w0 + design @ w
         if not np.allclose(mu_z, affine, rtol=1e-7, atol=1e-9 * (1 + np.abs(affine).max())):
             raise NotLinearGaussian(
@@ -284,6 +293,24 @@ def noise_entries(m: int) -> tuple[np.ndarray, np.ndarray]:
     return rows[keep], cols[keep]
 
 
+def start_noise(release: GramRelease) -> np.ndarray:
+    """Standardised latent noise at which the latent ``A`` is the released one with its
+    eigenvalues raised to a positive floor (the released matrix may be indefinite; NUTS must
+    start inside the support). Post-processing of the release."""
+    m = release.gram.shape[0]
+    k = m - 1
+    a = release.gram[:k, :k]
+    vals, vecs = np.linalg.eigh(a)
+    floor = max(float(release.noise_sd[0, min(1, k - 1)]), 1e-6 * float(release.n))
+    a_pd = (vecs * np.maximum(vals, floor)) @ vecs.T
+    a_pd[0, 0] = release.gram[0, 0]  # n is exact
+    rows, cols = noise_entries(m)
+    delta = np.zeros((m, m))
+    delta[:k, :k] = a - a_pd
+    sd = release.noise_sd[rows, cols]
+    return np.where(sd > 0, delta[rows, cols] / np.where(sd > 0, sd, 1.0), 0.0)
+
+
 def log_rss_density(x, s2, noise_var, nu: int):
     r"""Saddlepoint log-density of :math:`x = \sigma^2 \chi^2_\nu + N(0, v)` at ``x``.
 
@@ -363,6 +390,8 @@ def bounds_for(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[float, float]]:
     """Checked public bounds: per design column ``(lo, hi)`` and the outcome's ``(lo, hi)``."""
     y_lo, y_hi = _pair(outcome_bounds, "outcome_bounds", 1)
+    if y_lo[0] == y_hi[0]:
+        raise ValueError("`outcome_bounds` must have lo < hi")
     given = covariate_bounds
     if given is None:
         given = (-1.0, 1.0)
@@ -408,6 +437,9 @@ def _pair(spec, name: str, width: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(
             f"`{name}` must be a public range (lo, hi): scalars or {width} per column"
         ) from None
-    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
-        raise ValueError(f"`{name}` must be finite with lo < hi")
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo <= hi)):
+        raise ValueError(
+            f"`{name}` must be finite with lo < hi (lo == hi: a public constant column, e.g. "
+            "an intercept column of ones)"
+        )
     return lo, hi

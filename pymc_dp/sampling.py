@@ -268,7 +268,12 @@ def sample(
     # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
     if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
         dp_warn(
-            dp_warnings(idata, target_accept=getattr(step, "target_accept", None), advice=advice)
+            dp_warnings(
+                idata,
+                target_accept=getattr(step, "target_accept", None),
+                advice=advice,
+                free=getattr(step, "release", None) is not None,
+            )
         )
     return idata
 

@@ -11,11 +11,13 @@ coefficients and hierarchical or bounded priors keep their true shape.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
 from pymc_dp.accounting._validate import check_count, check_probability
@@ -26,12 +28,34 @@ from pymc_dp.linear_gaussian import (
     noise_entries,
     release_gram,
     rows_of,
+    start_noise,
     surrogate_logp,
 )
 from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.base import _WARM_START_STREAM, PRIVACY_STATS, DPStep, Stat
 
 __all__ = ["DPSuffStats"]
+
+
+def _warn_if_singular(release) -> None:
+    """Warn when the released Gram matrix of ``(1, covariates)`` is singular within its noise
+    (post-processing of the release: public)."""
+    k = release.gram.shape[0] - 1
+    if k < 2:
+        return
+    smallest = float(np.linalg.eigvalsh(release.gram[:k, :k])[0])
+    # the spectral norm of a symmetric Gaussian noise matrix is about 2 sqrt(k) entry sds
+    level = 2.0 * np.sqrt(k) * float(release.noise_sd[0, 1])
+    if smallest < level:
+        warnings.warn(
+            f"pymc-dp: the released Gram matrix of the covariates is singular within its noise "
+            f"(smallest eigenvalue {smallest:.3g} against a noise level {level:.3g}): constant "
+            "or collinear covariates (an intercept column in X? declare it with "
+            "covariate_bounds lo == hi), or too few rows for this epsilon. The posterior of "
+            "their coefficients is then mostly prior.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class DPSuffStats(DPStep):
@@ -118,11 +142,22 @@ class DPSuffStats(DPStep):
 
         mu = gaussian_mu_for_budget(self.epsilon, self.delta)
         noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
+        # a column with lo == hi is a public constant (an intercept column): not released, its
+        # coefficient folds into the intercept (a duplicate of the Gram's own 1 would be singular)
+        self._constant = x_bounds[0] == x_bounds[1]
+        self._constant_value = x_bounds[0][self._constant]
+        vary = ~self._constant
         design, outcome = rows_of(self.linear, self.n_rows)
         self.release = release_gram(
-            design, outcome, x_bounds=x_bounds, y_bounds=y_bounds, mu=mu, noise=noise
+            design[:, vary],
+            outcome,
+            x_bounds=(x_bounds[0][vary], x_bounds[1][vary]),
+            y_bounds=y_bounds,
+            mu=mu,
+            noise=noise,
         )
         del design, outcome
+        _warn_if_singular(self.release)
         self._surrogate: pm.Model | None = None
 
     @classmethod
@@ -152,6 +187,10 @@ class DPSuffStats(DPStep):
                 intercept, coefs, sigma, prior = graph_replace(
                     [lg.intercept, lg.coefs, lg.sigma, lg.prior], {lg.q: q}, strict=False
                 )
+                const = np.flatnonzero(self._constant)
+                if const.size:
+                    intercept = intercept + pt.dot(coefs[const], self._constant_value)
+                    coefs = coefs[np.flatnonzero(~self._constant)]
                 pm.Potential("prior", prior)
                 pm.Potential(
                     "statistics", surrogate_logp(self.release, intercept, coefs, sigma, latent)
@@ -163,6 +202,8 @@ class DPSuffStats(DPStep):
         """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
         divergences."""
         q0 = self.likelihood.ravel(self.likelihood.model.initial_point())
+        # start where the latent A is positive definite: the released one may not be
+        start = {"q": q0, "noise": start_noise(self.release)}
         logger = logging.getLogger("pymc")
         level = logger.level
         logger.setLevel(logging.ERROR)
@@ -174,10 +215,11 @@ class DPSuffStats(DPStep):
                 cores=1,
                 model=self.surrogate_model(),
                 random_seed=int(rng.integers(2**63)),
-                initvals={"q": q0},
+                initvals=start,
                 target_accept=self.nuts_target_accept,
                 progressbar=False,
                 compute_convergence_checks=False,
+                compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
             )
         finally:
             logger.setLevel(level)
