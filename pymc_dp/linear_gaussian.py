@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pymc.blocking import DictToArrayBijection
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
@@ -107,14 +108,17 @@ def _split_design(design: np.ndarray, covariates, widths) -> dict:
     return out
 
 
-def find_linear_gaussian(likelihood) -> LinearGaussian:
+def find_linear_gaussian(graph, vars=None, shared=None) -> LinearGaussian:
     """The model's Normal likelihood with an affine mean, or :class:`NotLinearGaussian`.
 
-    Reads no private values: the mean is evaluated on synthetic designs of the rows' shape (a
-    public fact), and compared with its affine form at random parameter points.
+    ``graph`` is the model's :class:`~pymc_dp.graph.ModelGraph`; ``vars`` the value variables
+    raveled into ``q`` (default: all), ``shared`` the others' shared values. Reads no private
+    values: the mean is evaluated on synthetic designs of the rows' shape (a public fact), and
+    compared with its affine form at random parameter points.
     """
-    graph = likelihood.graph
     model = graph.model
+    vars_ = list(model.value_vars) if vars is None else list(vars)
+    shared = {} if shared is None else shared
     if graph.potentials or len(graph.observed) != 1:
         raise NotLinearGaussian(
             "the sufficient-statistics release needs exactly one observed variable and no "
@@ -154,11 +158,10 @@ def find_linear_gaussian(likelihood) -> LinearGaussian:
     mu_basis = graph_replace(mu, _split_design(basis, covariates, widths), strict=False)
     mu_basis = pt.broadcast_to(mu_basis, (n,))
     intercept, coefs = mu_basis[0], mu_basis[1 : p + 1] - mu_basis[0]
-    _check_affine(likelihood, mu, (intercept, coefs), covariates, widths, term.name)
+    _check_affine(graph, vars_, shared, mu, (intercept, coefs), covariates, widths, term.name)
     point = model.initial_point()
-    vars_ = likelihood.vars
     (intercept, coefs, sigma, prior), q = _join(
-        point, [intercept, coefs, pt.reshape(sigma, ()), graph.prior], vars_, likelihood.shared
+        point, [intercept, coefs, pt.reshape(sigma, ()), graph.prior], vars_, shared
     )
     return LinearGaussian(observed, covariates, widths, q, intercept, coefs, sigma, prior)
 
@@ -169,13 +172,13 @@ def _join(point, outputs, inputs, shared):
     return join_nonshared_inputs(point, outputs, inputs, shared)
 
 
-def _check_affine(likelihood, mu, parts, covariates, widths, name) -> None:
+def _check_affine(graph, vars_, shared, mu, parts, covariates, widths, name) -> None:
     """``mu(Z, q) == w0(q) + Z w(q)`` on synthetic designs ``Z`` at random points ``q``."""
-    model, n, p = likelihood.graph.model, likelihood.n_rows, int(sum(widths))
+    model, n, p = graph.model, graph.n_rows, int(sum(widths))
     rng = np.random.default_rng(20191208)  # public: synthetic designs, no data
-    vars_ = likelihood.vars
     point = model.initial_point()
-    outs, q = _join(point, [pt.broadcast_to(mu, (n,)), *parts], vars_, likelihood.shared)
+    q0 = DictToArrayBijection.map({v.name: point[v.name] for v in vars_}).data
+    outs, q = _join(point, [pt.broadcast_to(mu, (n,)), *parts], vars_, shared)
     integer = any(i.var.dtype.startswith(("int", "uint")) for i in covariates)
     for scale in _CHECK_SCALES:  # kinks far out (a clip at 6, a switch at 8) show at large scales
         design = rng.normal(scale=scale, size=(n, p))
@@ -183,7 +186,7 @@ def _check_affine(likelihood, mu, parts, covariates, widths, name) -> None:
             design = np.round(design)
         swap = _split_design(design, covariates, widths)
         fn = pytensor.function([q], graph_replace(outs, swap, strict=False), mode=_CHECK_MODE)
-        q_at = likelihood.ravel(point) + rng.normal(scale=0.5, size=likelihood.dim)
+        q_at = q0 + rng.normal(scale=0.5, size=q0.size)
         try:
             with np.errstate(all="ignore"):
                 mu_z, w0, w = (np.asarray(v, dtype=float) for v in fn(q_at))

@@ -332,6 +332,8 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
                 + f": {advice}"
             ]
         )
+    elif predicted.recommended == "DPSuffStats":
+        dp_warn([f"the planner recommends DPSuffStats over {name} for this model: {advice}"])
     elif predicted.recommended == "DPLaplace" and name != "DPLaplace":
         # the planner models MCMC by DPPenalty: a chain that cannot mix, whatever its kernel
         dp_warn(

@@ -65,7 +65,7 @@ def test_the_surrogate_is_the_likelihood_at_zero_noise(two_inputs):
     """With the noise at 0 the statistics' density is the regression likelihood up to a
     constant, at any parameter point (the sum of squares' saddlepoint included)."""
     m, lik, X, x3, y = two_inputs
-    lg = find_linear_gaussian(lik)
+    lg = find_linear_gaussian(lik.graph)
     design, outcome = rows_of(lg, lik.n_rows)
     order = [c.var.name for c in lg.covariates]
     assert sorted(order) == ["X", "x3"] and np.allclose(outcome, y)
@@ -159,7 +159,7 @@ def test_the_noise_is_the_ledger_s(two_inputs):
     """Standardised release errors have sd 1 (the noise the ledger's multiplier states), and the
     ledger's epsilon is the budget."""
     m, lik, *_ = two_inputs
-    lg = find_linear_gaussian(lik)
+    lg = find_linear_gaussian(lik.graph)
     design, outcome = rows_of(lg, lik.n_rows)
     mu = 0.3
     exact = release_gram(
@@ -254,7 +254,7 @@ def test_integer_covariates_are_detected_and_an_indefinite_release_still_starts(
         g = pm.Normal("g", 0, 1)
         pm.Normal("y", a + Xd @ b + g * fd, pm.HalfNormal("s", 2), observed=y)
     lik = pdp.PerRowLikelihood(m, compile_kwargs=FAST)
-    lg = find_linear_gaussian(lik)
+    lg = find_linear_gaussian(lik.graph)
     assert sorted(lg.widths) == [1, 2]
     design, outcome = rows_of(lg, n)
     lo, hi = np.zeros(3), np.array([10.0, 10.0, 10.0])
@@ -373,3 +373,31 @@ def test_intervals_cover_the_truth_by_simulation():
         total += point.size
     # 30 intervals at 90%: P(fewer than 23 hits) = 0.8% for calibrated intervals
     assert hits >= 23, f"{hits}/{total}"
+
+
+def test_the_planner_recommends_the_release_for_linear_gaussian_models(two_inputs):
+    """From public facts only: a linear-Gaussian model gets DPSuffStats (no clip bounds needed)
+    with the release's exact noise sd; a logistic model does not."""
+    m, *_ = two_inputs
+    with m:
+        planned = pdp.plan(epsilon=2.0, outcome_bounds=(-10, 10))
+    assert planned.recommended == "DPSuffStats"
+    mu = 1 / (2 * 2.23048**2)  # about the PLD mean of (2, 1e-6)
+    assert planned.suffstats["noise_sd"] == pytest.approx(
+        NoiseSource.gaussian_std(gram_sensitivity(4), 1 / np.sqrt(2 * mu), 14), rel=1e-3
+    )
+    assert "DPSuffStats" in str(planned)
+    # the error falls as 1 / epsilon
+    with m:
+        wider = pdp.plan(epsilon=4.0, outcome_bounds=(-10, 10))
+    shrink = wider.suffstats["noise_sd"] / planned.suffstats["noise_sd"]
+    assert 0.4 < shrink < 0.6
+    assert wider.suffstats["coef_error"] == pytest.approx(planned.suffstats["coef_error"] * shrink)
+    rng = np.random.default_rng(0)
+    with pm.Model():
+        Xd = pm.Data("X", rng.uniform(-1, 1, (300, 2)))
+        pm.Bernoulli(
+            "y", logit_p=Xd @ pm.Normal("b", 0, 1, shape=2), observed=rng.integers(2, size=300)
+        )
+        logistic = pdp.plan(epsilon=2.0, grad_clip=2.0)
+    assert logistic.suffstats is None and logistic.recommended != "DPSuffStats"

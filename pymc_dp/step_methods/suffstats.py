@@ -132,7 +132,8 @@ class DPSuffStats(DPStep):
         if self.epsilon is None:
             raise ValueError("DPSuffStats needs `epsilon`: it spends all of it on one release.")
         try:
-            self.linear = find_linear_gaussian(self.likelihood)
+            lik = self.likelihood
+            self.linear = find_linear_gaussian(lik.graph, lik.vars, lik.shared)
         except NotLinearGaussian as err:
             raise ValueError(
                 f"DPSuffStats: {err}. Use DPLaplace (any GLM) or an MCMC step instead."
@@ -216,6 +217,7 @@ class DPSuffStats(DPStep):
                 model=self.surrogate_model(),
                 random_seed=int(rng.integers(2**63)),
                 initvals=start,
+                init=self._nuts_init(),
                 target_accept=self.nuts_target_accept,
                 progressbar=False,
                 compute_convergence_checks=False,
@@ -226,6 +228,18 @@ class DPSuffStats(DPStep):
         q = np.asarray(idata.posterior["q"].values[0], dtype=np.float64)
         diverging = np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
         return q, diverging
+
+    def _nuts_init(self) -> str:
+        """A dense mass matrix where the noise rivals the covariates' Gram matrix (the latent
+        noise and the coefficients then correlate: measured at n = 500, epsilon 1, divergences
+        151/106/18 -> 9/24/21 per 1000 draws and half the time); a diagonal one elsewhere (n =
+        5000-20000: no divergences either way, twice as fast). From the release only."""
+        k = self.release.gram.shape[0] - 1
+        if k < 2:
+            return "jitter+adapt_diag"
+        smallest = float(np.linalg.eigvalsh(self.release.gram[:k, :k])[0])
+        level = 2.0 * np.sqrt(k) * float(self.release.noise_sd[0, 1])
+        return "jitter+adapt_full" if smallest < 10.0 * level else "jitter+adapt_diag"
 
     # ------------------------------------------------------------------ per chain
     def _reset_chain(self) -> None:
