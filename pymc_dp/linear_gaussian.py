@@ -257,9 +257,12 @@ def release_gram(
     x_lo, x_hi = (np.broadcast_to(np.asarray(b, float), (p,)) for b in x_bounds)
     x_scale, x_shift = _encoding(x_lo, x_hi)
     y_scale, y_shift = _encoding(np.float64(y_bounds[0]), np.float64(y_bounds[1]))
-    with np.errstate(all="ignore"):  # NaN rows are refused by the analysis; this maps nothing
+    with np.errstate(all="ignore"):
         z = np.clip(design, x_lo, x_hi) * x_scale + x_shift
         y = np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift
+    # NaN rows are refused by the analysis before any release; were one to arrive, it maps to
+    # the range's centre (a data-independent value inside the bounds), never into the release
+    z, y = np.where(np.isnan(z), 0.0, z), np.where(np.isnan(y), 0.0, y)
     u = np.column_stack([np.ones(n), z, y])
     m = p + 2
     gram = u.T @ u
@@ -389,7 +392,6 @@ def bounds_for(
     lg: LinearGaussian,
     outcome_bounds,
     covariate_bounds,
-    n: int,
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[float, float]]:
     """Checked public bounds: per design column ``(lo, hi)`` and the outcome's ``(lo, hi)``."""
     y_lo, y_hi = _pair(outcome_bounds, "outcome_bounds", 1)

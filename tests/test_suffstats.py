@@ -401,3 +401,13 @@ def test_the_planner_recommends_the_release_for_linear_gaussian_models(two_input
         )
         logistic = pdp.plan(epsilon=2.0, grad_clip=2.0)
     assert logistic.suffstats is None and logistic.recommended != "DPSuffStats"
+
+
+def test_a_nan_row_that_reached_the_release_would_not_poison_it():
+    rng = np.random.default_rng(3)
+    design, y = rng.uniform(-1, 1, (40, 2)), rng.uniform(-1, 1, 40)
+    design[5, 1], y[9] = np.nan, np.nan
+    rel = release_gram(
+        design, y, x_bounds=(-1.0, 1.0), y_bounds=(-1, 1), mu=1.0, noise=NoiseSource(0)
+    )
+    assert np.all(np.isfinite(rel.gram))

@@ -21,6 +21,7 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
 from pymc_dp.accounting._validate import check_count, check_probability
+from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.linear_gaussian import (
     NotLinearGaussian,
     bounds_for,
@@ -37,15 +38,19 @@ from pymc_dp.step_methods.base import _WARM_START_STREAM, PRIVACY_STATS, DPStep,
 __all__ = ["DPSuffStats"]
 
 
-def _warn_if_singular(release) -> None:
-    """Warn when the released Gram matrix of ``(1, covariates)`` is singular within its noise
-    (post-processing of the release: public)."""
+def _signal_to_noise(release) -> tuple[float, float]:
+    """Smallest eigenvalue of the released Gram matrix of ``(1, covariates)`` and the noise's
+    spectral norm (about 2 sqrt(k) entry sds); post-processing of the release: public."""
     k = release.gram.shape[0] - 1
     if k < 2:
-        return
+        return np.inf, 1.0
     smallest = float(np.linalg.eigvalsh(release.gram[:k, :k])[0])
-    # the spectral norm of a symmetric Gaussian noise matrix is about 2 sqrt(k) entry sds
-    level = 2.0 * np.sqrt(k) * float(release.noise_sd[0, 1])
+    return smallest, 2.0 * np.sqrt(k) * float(release.noise_sd[0, 1])
+
+
+def _warn_if_singular(release) -> None:
+    """Warn when the released Gram matrix of the covariates is singular within its noise."""
+    smallest, level = _signal_to_noise(release)
     if smallest < level:
         warnings.warn(
             f"pymc-dp: the released Gram matrix of the covariates is singular within its noise "
@@ -138,9 +143,7 @@ class DPSuffStats(DPStep):
             raise ValueError(
                 f"DPSuffStats: {err}. Use DPLaplace (any GLM) or an MCMC step instead."
             ) from None
-        x_bounds, y_bounds = bounds_for(self.linear, outcome_bounds, covariate_bounds, self.n_rows)
-        from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
-
+        x_bounds, y_bounds = bounds_for(self.linear, outcome_bounds, covariate_bounds)
         mu = gaussian_mu_for_budget(self.epsilon, self.delta)
         noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
         # a column with lo == hi is a public constant (an intercept column): not released, its
@@ -234,11 +237,7 @@ class DPSuffStats(DPStep):
         noise and the coefficients then correlate: measured at n = 500, epsilon 1, divergences
         151/106/18 -> 9/24/21 per 1000 draws and half the time); a diagonal one elsewhere (n =
         5000-20000: no divergences either way, twice as fast). From the release only."""
-        k = self.release.gram.shape[0] - 1
-        if k < 2:
-            return "jitter+adapt_diag"
-        smallest = float(np.linalg.eigvalsh(self.release.gram[:k, :k])[0])
-        level = 2.0 * np.sqrt(k) * float(self.release.noise_sd[0, 1])
+        smallest, level = _signal_to_noise(self.release)
         return "jitter+adapt_full" if smallest < 10.0 * level else "jitter+adapt_diag"
 
     # ------------------------------------------------------------------ per chain
