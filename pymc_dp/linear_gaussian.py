@@ -82,7 +82,6 @@ class LinearGaussian:
     intercept: Variable
     coefs: Variable
     sigma: Variable
-    prior: Variable
 
     @property
     def p(self) -> int:
@@ -160,10 +159,10 @@ def find_linear_gaussian(graph, vars=None, shared=None) -> LinearGaussian:
     intercept, coefs = mu_basis[0], mu_basis[1 : p + 1] - mu_basis[0]
     _check_affine(graph, vars_, shared, mu, (intercept, coefs), covariates, widths, term.name)
     point = model.initial_point()
-    (intercept, coefs, sigma, prior), q = _join(
-        point, [intercept, coefs, pt.reshape(sigma, ()), graph.prior], vars_, shared
+    (intercept, coefs, sigma), q = _join(
+        point, [intercept, coefs, pt.reshape(sigma, ())], vars_, shared
     )
-    return LinearGaussian(observed, covariates, widths, q, intercept, coefs, sigma, prior)
+    return LinearGaussian(observed, covariates, widths, q, intercept, coefs, sigma)
 
 
 def _join(point, outputs, inputs, shared):

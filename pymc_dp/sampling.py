@@ -272,7 +272,7 @@ def sample(
                 idata,
                 target_accept=getattr(step, "target_accept", None),
                 advice=advice,
-                free=getattr(step, "release", None) is not None,
+                free=getattr(step, "release", None) is not None or getattr(step, "nuts", False),
             )
         )
     return idata

@@ -24,9 +24,11 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+import pytensor.tensor as pt
 
-from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.accounting._validate import check_count, check_positive, check_probability
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
+from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model
 
 __all__ = ["DPLaplace"]
 
@@ -52,6 +54,13 @@ class DPLaplace(DPStep):
     steps : int
         Noisy Newton steps of the fit (default 4, at most 5; each releases a curvature and a
         gradient, each with a histogram of its rows' norms).
+    nuts : bool
+        Sample the model's exact prior times the fit's Gaussian likelihood surrogate with NUTS
+        (:func:`pymc_dp.surrogate.gaussian_surrogate`: post-processing, no budget) instead of
+        drawing from the fit: hierarchical scales, bounded and prior-only variables keep their
+        true shape. For a Gaussian prior the two agree.
+    nuts_tune, target_accept
+        NUTS tuning iterations and target acceptance on the surrogate (``nuts=True``).
     epsilon, delta, chains, noise_seed, exact_noise, diagnostics, row_dim, row_axes, public
         See :class:`~pymc_dp.step_methods.base.DPStep`. The whole budget is spent when the step
         is created; chains and draws then cost nothing.
@@ -81,7 +90,11 @@ class DPLaplace(DPStep):
     name = "dp_laplace"
     fit_draws = True
     distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
-    stats: ClassVar[dict[str, Stat]] = {**PRIVACY_STATS, "dp_mu": Stat(np.float64)}
+    stats: ClassVar[dict[str, Stat]] = {
+        **PRIVACY_STATS,
+        "dp_mu": Stat(np.float64),
+        "surrogate_diverging": Stat(bool),
+    }
 
     def __init__(
         self,
@@ -90,6 +103,9 @@ class DPLaplace(DPStep):
         grad_clip: float,
         hess_clip: float | None = None,
         steps: int = 4,
+        nuts: bool = False,
+        nuts_tune: int = 1000,
+        target_accept: float = 0.9,
         **kwargs,
     ) -> None:
         for knob in ("noise_multiplier", "warm_start"):
@@ -98,6 +114,10 @@ class DPLaplace(DPStep):
         self.grad_clip = check_positive(grad_clip, "grad_clip")
         self.hess_clip = None if hess_clip is None else check_positive(hess_clip, "hess_clip")
         self.steps = check_count(steps, "steps", minimum=1)
+        self.nuts = bool(nuts)
+        self.nuts_tune = check_count(nuts_tune, "nuts_tune", minimum=1)
+        self.nuts_target_accept = check_probability(target_accept, "target_accept")
+        self.fit_draws = not self.nuts  # NUTS chains: R-hat and ESS mean something
         super().__init__(vars, **kwargs)
         if self.epsilon is None:
             raise ValueError("DPLaplace needs `epsilon`: it spends all of it on its fit.")
@@ -126,11 +146,47 @@ class DPLaplace(DPStep):
     def mechanisms(self) -> tuple:
         return ()
 
+    def surrogate_model(self):
+        """Exact prior x the fit's Gaussian likelihood surrogate, as a PyMC model of ``q``."""
+        lik, warm = self.likelihood, self.warm
+        _, grad = lik.prior_logp_and_grad(warm.mean)
+        idx, precision, pull = gaussian_surrogate(
+            warm.mean,
+            warm.posterior_cov,
+            lik.prior_hessian(warm.mean),
+            grad,
+            lik.likelihood_mask,
+        )
+        centre = warm.mean[idx]
+
+        def gaussian(q):
+            d = q[idx] - centre
+            return -0.5 * pt.dot(d, pt.dot(precision, d)) + pt.dot(pull, d)
+
+        return surrogate_model(lik, gaussian)
+
     def _reset_chain(self) -> None:
         super()._reset_chain()
         self._pair: np.ndarray | None = None
+        if self.nuts:
+            plan = self._plan
+            self._draws, self._diverging = sample_chain(
+                self.surrogate_model(),
+                draws=plan.tune + plan.draws,
+                tune=self.nuts_tune,
+                rng=self.rng,
+                start={"q": self.warm.mean},
+                target_accept=self.nuts_target_accept,
+                compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
+            )
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        if self.nuts:
+            i = self._iteration
+            return self._draws[i].astype(q.dtype), {
+                "accepted": True,
+                "surrogate_diverging": bool(self._diverging[i]),
+            }
         # antithetic pairs among the kept draws (``mean + z``, then ``mean - z``): each is a
         # draw of the fit, and an even number of them averages to the fit's mean exactly, so
         # a summary's mean carries no Monte Carlo error (a wide fit's 2000 independent draws
@@ -141,4 +197,4 @@ class DPLaplace(DPStep):
         else:
             draw = self.warm.draw(self.rng)
             self._pair = draw if kept >= 0 else None
-        return draw.astype(q.dtype), {"accepted": True}
+        return draw.astype(q.dtype), {"accepted": True, "surrogate_diverging": False}

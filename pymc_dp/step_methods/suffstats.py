@@ -10,7 +10,6 @@ coefficients and hierarchical or bounded priors keep their true shape.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -34,6 +33,7 @@ from pymc_dp.linear_gaussian import (
 )
 from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.base import _WARM_START_STREAM, PRIVACY_STATS, DPStep, Stat
+from pymc_dp.surrogate import sample_chain, surrogate_model
 
 __all__ = ["DPSuffStats"]
 
@@ -183,54 +183,37 @@ class DPSuffStats(DPStep):
         model's raveled free variables, unconstrained) and ``noise`` (the release's standardised
         noise), with the exact prior and the statistics' density as potentials."""
         if self._surrogate is None:
-            lg = self.linear
-            m = self.release.gram.shape[0]
-            with pm.Model(model=None) as model:  # not a sub-model of the user's
-                q = pm.Flat("q", shape=self.likelihood.dim)
+            lg, m = self.linear, self.release.gram.shape[0]
+
+            def statistics(q):
                 latent = pm.Normal("noise", 0.0, 1.0, shape=len(noise_entries(m)[0]))
-                intercept, coefs, sigma, prior = graph_replace(
-                    [lg.intercept, lg.coefs, lg.sigma, lg.prior], {lg.q: q}, strict=False
+                intercept, coefs, sigma = graph_replace(
+                    [lg.intercept, lg.coefs, lg.sigma], {lg.q: q}, strict=False
                 )
                 const = np.flatnonzero(self._constant)
                 if const.size:
                     intercept = intercept + pt.dot(coefs[const], self._constant_value)
                     coefs = coefs[np.flatnonzero(~self._constant)]
-                pm.Potential("prior", prior)
-                pm.Potential(
-                    "statistics", surrogate_logp(self.release, intercept, coefs, sigma, latent)
-                )
-            self._surrogate = model
+                return surrogate_logp(self.release, intercept, coefs, sigma, latent)
+
+            self._surrogate = surrogate_model(self.likelihood, statistics)
         return self._surrogate
 
     def sample_surrogate(self, draws: int, rng: np.random.Generator) -> tuple:
         """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
         divergences."""
         q0 = self.likelihood.ravel(self.likelihood.model.initial_point())
-        # start where the latent A is positive definite: the released one may not be
-        start = {"q": q0, "noise": start_noise(self.release)}
-        logger = logging.getLogger("pymc")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
-            idata = pm.sample(
-                draws=draws,
-                tune=self.nuts_tune,
-                chains=1,
-                cores=1,
-                model=self.surrogate_model(),
-                random_seed=int(rng.integers(2**63)),
-                initvals=start,
-                init=self._nuts_init(),
-                target_accept=self.nuts_target_accept,
-                progressbar=False,
-                compute_convergence_checks=False,
-                compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
-            )
-        finally:
-            logger.setLevel(level)
-        q = np.asarray(idata.posterior["q"].values[0], dtype=np.float64)
-        diverging = np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
-        return q, diverging
+        return sample_chain(
+            self.surrogate_model(),
+            draws=draws,
+            tune=self.nuts_tune,
+            rng=rng,
+            # start where the latent A is positive definite: the released one may not be
+            start={"q": q0, "noise": start_noise(self.release)},
+            init=self._nuts_init(),
+            target_accept=self.nuts_target_accept,
+            compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
+        )
 
     def _nuts_init(self) -> str:
         """A dense mass matrix where the noise rivals the covariates' Gram matrix (the latent
