@@ -69,7 +69,8 @@ class DPLaplace(DPStep):
     -----
     Scope: the fit is measured on GLMs (logistic, Poisson regressions). For models with a scale
     parameter (Normal with unknown sigma, StudentT) a review found runs several of their own sds
-    off: use MCMC or :mod:`pymc_dp.expfam` there until issue 22 lands. Logistic regressions with
+    off (the clipped score of the scale biases the fit): use :class:`~pymc_dp.DPSuffStats` for
+    Normal linear regression, MCMC or :mod:`pymc_dp.expfam` otherwise. Logistic regressions with
     a mode far from 0 (coefficients of 5-7 on [-1, 1] covariates, near-separable binary designs)
     make the Newton walk slow; its distance left is in the spread, widely, but a review still
     found 15-20% of runs more than 3 of their own sds off with 2 or 5 steps at 5000 rows, and
