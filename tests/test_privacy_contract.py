@@ -50,6 +50,7 @@ STEPS = {
         batch_size=100, llr_clip=3.0, proposal_scale=0.05, sampling="poisson", **kw
     ),
     "laplace": lambda **kw: pdp.DPLaplace(grad_clip=3.0, **kw),
+    "laplace_nuts": lambda **kw: pdp.DPLaplace(grad_clip=3.0, nuts=True, nuts_tune=50, **kw),
     "suffstats": lambda **kw: pdp.DPSuffStats(
         outcome_bounds=(-8.0, 8.0), covariate_bounds=(-3.0, 3.0), nuts_tune=50, **kw
     ),
@@ -144,7 +145,7 @@ def test_budget_covers_chains_and_tuning(regression, name):
 @pytest.mark.parametrize("name", list(STEPS))
 def test_overspending_run_is_refused_before_touching_data(regression, name):
     model, _, _ = regression
-    if name in ("laplace", "suffstats"):  # one fixed release of the whole budget: no knob
+    if name in ("laplace", "laplace_nuts", "suffstats"):  # one release of the whole budget
         with pytest.raises(ValueError, match="noise_multiplier"):
             _make(model, name, noise_multiplier=0.5)
         return
@@ -230,7 +231,13 @@ def test_noise_is_secret_unless_seeded(regression, name):
     reproduces the run and the ledger says so. A warm start spends its noise when the step is
     made, so those steps are made twice."""
     model, _, _ = regression
-    warm = name in ("laplace", "suffstats", "penalty_zero_tuning", "hmc_zero_tuning")
+    warm = name in (
+        "laplace",
+        "laplace_nuts",
+        "suffstats",
+        "penalty_zero_tuning",
+        "hmc_zero_tuning",
+    )
 
     def runs(noise_seed=None):
         if warm:
