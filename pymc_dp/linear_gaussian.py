@@ -393,9 +393,7 @@ def bounds_for(
     covariate_bounds,
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[float, float]]:
     """Checked public bounds: per design column ``(lo, hi)`` and the outcome's ``(lo, hi)``."""
-    y_lo, y_hi = _pair(outcome_bounds, "outcome_bounds", 1)
-    if y_lo[0] == y_hi[0]:
-        raise ValueError("`outcome_bounds` must have lo < hi")
+    y_lo, y_hi = check_outcome_bounds(outcome_bounds)
     given = covariate_bounds
     if given is None:
         given = (-1.0, 1.0)
@@ -417,7 +415,15 @@ def bounds_for(
         hi = np.concatenate([pr[1] for pr in parts])
     else:
         lo, hi = _pair(given, "covariate_bounds", lg.p)
-    return (lo, hi), (float(y_lo[0]), float(y_hi[0]))
+    return (lo, hi), (y_lo, y_hi)
+
+
+def check_outcome_bounds(spec) -> tuple[float, float]:
+    """The outcome's public range ``(lo, hi)``, checked (finite, lo < hi)."""
+    lo, hi = _pair(spec, "outcome_bounds", 1)
+    if lo[0] == hi[0]:
+        raise ValueError("`outcome_bounds` must have lo < hi")
+    return float(lo[0]), float(hi[0])
 
 
 def _key(inp: DataInput) -> str:

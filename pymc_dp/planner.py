@@ -320,11 +320,13 @@ def plan(
             "statistics once; tighter public clip bounds (per-coordinate bounds of bounded "
             "covariates: pdp.glm_clip) also reduce the noise"
         )
-    suffstats = _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd)
     suffstats_ok = (
         suffstats is not None and max(suffstats["coef_error"], suffstats["sd_error"]) <= e_max
     )
-    if suffstats is not None:
+    # with a free noise sd DPLaplace's clipped score biases it (not in its error figure)
+    if suffstats is not None and (
+        suffstats["sd_error"] > 0 or suffstats["largest_error"] <= lap_largest
+    ):
         recommended = "DPSuffStats"
         advice.insert(
             0,
@@ -414,6 +416,13 @@ def _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd) -> dict | N
         lg = find_linear_gaussian(graph)
     except NotLinearGaussian:
         return None
+    from pytensor.graph.traversal import ancestors
+
+    from pymc_dp.linear_gaussian import check_outcome_bounds
+
+    if outcome_bounds is not None:
+        outcome_bounds = check_outcome_bounds(outcome_bounds)
+    sigma_free = lg.q in set(ancestors([lg.sigma]))
     m = lg.p + 2
     entries = m * (m + 1) // 2 - 1
     noise_sd = NoiseSource.gaussian_std(gram_sensitivity(m - 1), 1 / math.sqrt(2 * mu), entries)
@@ -421,9 +430,11 @@ def _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd) -> dict | N
     if outcome_bounds is not None:
         half = 0.5 * (float(outcome_bounds[1]) - float(outcome_bounds[0]))
     resid = 0.25 if residual_sd is None else check_positive(residual_sd, "residual_sd") / half
+    # cross products: off-diagonal noise sd / sqrt(2); second moments 1 (intercept), 1/3
     coef = noise_sd / (math.sqrt(2.0) * resid * math.sqrt(n / 3.0))
-    scale = noise_sd / (resid**2 * math.sqrt(2.0 * n))
-    sds = np.r_[np.full(lg.p + 1, coef), scale]
+    intercept = noise_sd / (math.sqrt(2.0) * resid * math.sqrt(n))
+    scale = noise_sd / (resid**2 * math.sqrt(2.0 * n)) if sigma_free else 0.0
+    sds = np.r_[intercept, np.full(lg.p, coef), [scale] if sigma_free else []]
     return {
         "noise_sd": noise_sd,
         "coef_error": coef,

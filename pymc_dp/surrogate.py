@@ -9,10 +9,12 @@ Everything here is post-processing of released values: no data, no budget.
 
 :func:`gaussian_surrogate` is the surrogate of a noise-aware Laplace fit ``N(m, C)``: the
 likelihood's Gaussian, ``log L(q) = -1/2 d' P d + g' d`` on the coordinates the likelihood reads
-(``d = q - m`` there), with ``P = [C^-1 - H_prior(m)]`` (eigenvalues floored at 0: directions the
-fit does not know more about than the prior stay the prior's) and ``g = -grad log prior(m)``
-projected onto ``P``'s range, so that exact prior x surrogate has its mode at ``m``. For a
-Gaussian prior it is the fit itself (tested).
+(``d = q - m`` there), with ``P = C^-1 - PD(-H_prior(m))`` (the prior precision the fit used;
+eigenvalues floored at 0: directions the fit does not know more about than the prior stay the
+prior's, and a warning says how many) and ``g`` the prior's pull at ``m`` cancelled along
+``P``'s range, so that exact prior x surrogate has its mode at ``m`` (its implied centre capped
+at :data:`CENTRE_CAP` fit sds). For a Gaussian prior, where ``P`` is positive semidefinite and
+the pull small, it is the fit itself (tested).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import pymc as pm
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
-__all__ = ["gaussian_surrogate", "sample_chain", "surrogate_model"]
+__all__ = ["CENTRE_CAP", "gaussian_surrogate", "sample_chain", "surrogate_model"]
+
+#: Largest distance, in fit sds, of the Gaussian surrogate's centre from the fit's mean.
+CENTRE_CAP = 3.0
 
 
 def surrogate_model(
@@ -88,17 +93,30 @@ def gaussian_surrogate(
     prior_hessian: np.ndarray,
     prior_grad: np.ndarray,
     active: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(idx, P, g)`` of the Gaussian likelihood surrogate of a fit ``N(mean, cov)`` (module
-    docstring): ``idx`` the coordinates the likelihood reads."""
+    cap: float = CENTRE_CAP,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(idx, P, g, uninformed)`` of the Gaussian likelihood surrogate of a fit
+    ``N(mean, cov)`` (module docstring): ``idx`` the coordinates the likelihood reads,
+    ``uninformed`` the directions floored to the prior.
+
+    The prior precision subtracted is the one the fit used, ``PD(-H)`` (a prior that is not
+    log-concave, e.g. Student-t tails or a centred hierarchy, must not lend its convexity to the
+    likelihood). The likelihood's implied centre ``m + P^-1 g`` is kept within ``cap`` fit sds of
+    ``m`` along every direction (a weakly informed direction would otherwise put it far away,
+    where a heavy-tailed prior cannot hold it).
+    """
     idx = np.flatnonzero(active)
-    precision = np.linalg.inv(cov)
-    p = (precision + prior_hessian)[np.ix_(idx, idx)]  # prior_hessian is -(prior precision)
+    h = -0.5 * (prior_hessian + prior_hessian.T)
+    vals_h, vecs_h = np.linalg.eigh(h)
+    prior_precision = (vecs_h * np.maximum(vals_h, 0.0)) @ vecs_h.T
+    p = (np.linalg.inv(cov) - prior_precision)[np.ix_(idx, idx)]
     p = 0.5 * (p + p.T)
     vals, vecs = np.linalg.eigh(p)
     keep = vals > 1e-10 * max(float(vals.max()), 1e-300)
     p = (vecs * np.where(keep, vals, 0.0)) @ vecs.T
-    g = -np.asarray(prior_grad)[idx]
-    basis = vecs[:, keep]
-    g = basis @ (basis.T @ g)  # no pull along directions the fit does not inform
-    return idx, p, g
+    along = vecs.T @ (-np.asarray(prior_grad)[idx])
+    fit_sd = np.sqrt(np.maximum(np.einsum("ij,ik,kj->j", vecs, cov[np.ix_(idx, idx)], vecs), 0))
+    offset = np.where(keep, along / np.where(keep, vals, 1.0), 0.0)
+    offset = np.clip(offset, -cap * fit_sd, cap * fit_sd)
+    g = vecs @ (np.where(keep, vals, 0.0) * offset)
+    return idx, p, g, int(np.sum(~keep))

@@ -20,6 +20,7 @@ approximation.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -151,13 +152,21 @@ class DPLaplace(DPStep):
         """Exact prior x the fit's Gaussian likelihood surrogate, as a PyMC model of ``q``."""
         lik, warm = self.likelihood, self.warm
         _, grad = lik.prior_logp_and_grad(warm.mean)
-        idx, precision, pull = gaussian_surrogate(
+        idx, precision, pull, uninformed = gaussian_surrogate(
             warm.mean,
             warm.posterior_cov,
             lik.prior_hessian(warm.mean),
             grad,
             lik.likelihood_mask,
         )
+        if uninformed:
+            warnings.warn(
+                f"pymc-dp: {uninformed} of the {idx.size} directions of the private fit carry "
+                "no more information than the prior: there the NUTS draws follow the prior (the "
+                "fit's own spread is not kept). More budget or rows inform them.",
+                UserWarning,
+                stacklevel=2,
+            )
         centre = warm.mean[idx]
 
         def gaussian(q):
