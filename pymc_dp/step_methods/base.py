@@ -86,6 +86,15 @@ PRIVACY_STATS = {
 }
 
 
+#: Stats of a step whose chains are NUTS on one release (DPSuffStats, DPLaplace(nuts=True)):
+#: the surrogate's divergences are computed from released values only.
+ONE_RELEASE_STATS = {
+    **PRIVACY_STATS,
+    "dp_mu": Stat(np.float64),
+    "surrogate_diverging": Stat(bool),
+}
+
+
 def default_chains() -> int:
     """PyMC's own default chain count on this machine (``max(2, min(4, cpu_count))``)."""
     return max(2, min(4, multiprocessing.cpu_count()))

@@ -28,7 +28,7 @@ import numpy as np
 import pytensor.tensor as pt
 
 from pymc_dp.accounting._validate import check_count, check_positive, check_probability
-from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
+from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model
 
 __all__ = ["DPLaplace"]
@@ -92,11 +92,7 @@ class DPLaplace(DPStep):
     name = "dp_laplace"
     fit_draws = True
     distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
-    stats: ClassVar[dict[str, Stat]] = {
-        **PRIVACY_STATS,
-        "dp_mu": Stat(np.float64),
-        "surrogate_diverging": Stat(bool),
-    }
+    stats: ClassVar[dict[str, Stat]] = ONE_RELEASE_STATS
 
     def __init__(
         self,

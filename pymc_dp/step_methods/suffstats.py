@@ -32,7 +32,7 @@ from pymc_dp.linear_gaussian import (
     surrogate_logp,
 )
 from pymc_dp.noise import NoiseSource
-from pymc_dp.step_methods.base import _WARM_START_STREAM, PRIVACY_STATS, DPStep, Stat
+from pymc_dp.step_methods.base import _WARM_START_STREAM, ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.surrogate import sample_chain, surrogate_model
 
 __all__ = ["DPSuffStats"]
@@ -110,11 +110,7 @@ class DPSuffStats(DPStep):
     """
 
     name = "dp_suffstats"
-    stats: ClassVar[dict[str, Stat]] = {
-        **PRIVACY_STATS,
-        "dp_mu": Stat(np.float64),
-        "surrogate_diverging": Stat(bool),
-    }
+    stats: ClassVar[dict[str, Stat]] = ONE_RELEASE_STATS
 
     def __init__(
         self,
