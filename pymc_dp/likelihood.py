@@ -47,6 +47,9 @@ __all__ = ["PerRowLikelihood"]
 COMPILE_LOCK = threading.RLock()
 #: Up to this many coordinates, per-row gradients are built one coordinate at a time.
 _MAX_COMPONENT_DIM = 32
+#: Above this many coordinates the empirical Fisher is summed as a matrix product
+#: (:meth:`PerRowLikelihood._fisher_kernel`), not entry by entry.
+_MAX_UNROLLED_FISHER_DIM = 10
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -395,6 +398,8 @@ class PerRowLikelihood:
         from public covariate bounds (:attr:`pymc_dp.GLMClip.hess_clip`).
         """
         key = ("curvature", observed)
+        if key not in self._kernels and not observed and self.dim > _MAX_UNROLLED_FISHER_DIM:
+            self._kernels[key] = self._fisher_kernel()
         if key not in self._kernels:
             w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
             bound = pt.scalar("bound", dtype=self._q.dtype)
@@ -425,6 +430,29 @@ class PerRowLikelihood:
             outputs = [total, self._bin_counts(norms, edges), self._prior_grad]
             self._kernels[key] = self._compile([self._q, w, bound, edges], outputs)
         return self._kernels[key]
+
+    def _fisher_kernel(self):
+        """:meth:`curvature_kernel`'s empirical Fisher as matrix products: the whitened rows
+        ``v_i = W g_i``, the outer products' Frobenius norms ``|v_i|^2``, and ``sum_i s_i v_i
+        v_i^T = U^T U`` with ``u_i = sqrt(s_i) v_i``, ``s_i`` the clipping factor. Its unrolled
+        form (one fused loop per upper-triangle entry) is quadratic in D: for a random-intercept
+        model with D = 24, Numba took 150 s to compile it, against seconds for this one."""
+        w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
+        bound = pt.scalar("bound", dtype=self._q.dtype)
+        edges = pt.vector("edges", dtype=self._q.dtype)
+        grads = pt.stack(self._grad_components(self._rows), axis=1)
+        finite_rows = pt.all(pt.isfinite(grads), axis=1)
+        white = pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
+        # |v v^T|_F = |v|^2: the squared Frobenius norm is |v|^4
+        finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1) ** 2, bound)
+        # a row can only lose norm: a non-finite entry of u (an overflow the norm's check
+        # missed) reads as 0, and |u_i|^2 = s_i |v_i|^2 <= bound
+        u = _finite_or_zero(pt.switch(finite[:, None], white, 0.0) * pt.sqrt(scale)[:, None])
+        total = _finite_or_zero(pt.dot(u.T, u))
+        return self._compile(
+            [self._q, w, bound, edges],
+            [total, self._bin_counts(norms, edges), self._prior_grad],
+        )
 
     def _bin_counts(self, norms: Variable, edges: Variable) -> Variable:
         """Rows whose norm is in ``[edges_k, edges_k+1)``, the last bin open above."""
