@@ -354,7 +354,7 @@ def test_readme_dask_example_runs_as_printed():
     import re
 
     from statsmodels.datasets import randhie
-    from test_readme import _exact_laplace
+    from test_readme import _exact_laplace, widest
 
     code = _readme_block("<!-- dask example: executed by tests/test_distributed.py -->")
     code += (
@@ -362,6 +362,7 @@ def test_readme_dask_example_runs_as_printed():
         "print('RESULT', json.dumps({'children': sorted(idata.children), "
         "'sizes': dict(beta.sizes), 'epsilon': pdp.privacy_report(idata).epsilon, "
         "'seeded': pdp.privacy_report(idata).noise_seeded, "
+        "'fit_error': pdp.privacy_report(idata).fit_error, "
         "'mean': beta.mean(('chain', 'draw')).values.tolist(), "
         "'sd': beta.std(('chain', 'draw')).values.tolist()}))\n"
     )
@@ -378,7 +379,7 @@ def test_readme_dask_example_runs_as_printed():
     z = (np.array(result["mean"]) - q) / sd
     ratio = np.array(result["sd"]) / sd
     assert np.all(np.abs(z) < 1.5), z
-    assert np.all((ratio > 0.9) & (ratio < 1.6)), ratio
+    assert np.all((ratio > 0.9) & (ratio < widest(result["fit_error"]))), ratio
 
 
 # ------------------------------------------------------------------------------------- ABCDP
