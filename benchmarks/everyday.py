@@ -115,9 +115,10 @@ def _flat(posterior) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def _reference(m: pm.Model) -> tuple[np.ndarray, np.ndarray]:
+def _nuts(m: pm.Model):
+    """The non-private reference: NUTS, 4 chains x (1000 + 1000), fixed seed."""
     with m:
-        ref = pm.sample(
+        return pm.sample(
             draws=1000,
             tune=1000,
             chains=4,
@@ -126,7 +127,10 @@ def _reference(m: pm.Model) -> tuple[np.ndarray, np.ndarray]:
             progressbar=False,
             compute_convergence_checks=False,
         )
-    draws = _flat(ref.posterior)
+
+
+def _reference(m: pm.Model) -> tuple[np.ndarray, np.ndarray]:
+    draws = _flat(_nuts(m).posterior)
     return draws.mean(0), draws.std(0, ddof=1)
 
 
@@ -233,16 +237,7 @@ def glm_rows(names=GLM_NAMES, eps=(2.0,), runs: int = 10, nuts: bool = False) ->
     for name in names:
         m, clip, scale = glm_model(name)
         free = [v.name for v in m.free_RVs]
-        with m:
-            ref = pm.sample(
-                draws=1000,
-                tune=1000,
-                chains=4,
-                cores=2,
-                random_seed=NUTS_SEED,
-                progressbar=False,
-                compute_convergence_checks=False,
-            )
+        ref = _nuts(m)
         ref_draws = _draws(ref.posterior, free)
         ref_mean, ref_sd = ref_draws.mean(0), ref_draws.std(0, ddof=1)
         at = int(

@@ -431,18 +431,23 @@ class PerRowLikelihood:
             self._kernels[key] = self._compile([self._q, w, bound, edges], outputs)
         return self._kernels[key]
 
+    def _whitened_rows(self) -> tuple[Variable, Variable, Variable, Variable]:
+        """The public inputs ``W``, ``bound``, ``edges`` of a whitened kernel and the rows'
+        gradients mapped by ``W`` (a row with a non-finite gradient maps to 0)."""
+        w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
+        bound = pt.scalar("bound", dtype=self._q.dtype)
+        edges = pt.vector("edges", dtype=self._q.dtype)
+        grads = pt.stack(self._grad_components(self._rows), axis=1)
+        finite_rows = pt.all(pt.isfinite(grads), axis=1)
+        return w, bound, edges, pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
+
     def _fisher_kernel(self):
         """:meth:`curvature_kernel`'s empirical Fisher as matrix products: the whitened rows
         ``v_i = W g_i``, the outer products' Frobenius norms ``|v_i|^2``, and ``sum_i s_i v_i
         v_i^T = U^T U`` with ``u_i = sqrt(s_i) v_i``, ``s_i`` the clipping factor. Its unrolled
         form (one fused loop per upper-triangle entry) is quadratic in D: for a random-intercept
         model with D = 24, Numba took 150 s to compile it, against seconds for this one."""
-        w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
-        bound = pt.scalar("bound", dtype=self._q.dtype)
-        edges = pt.vector("edges", dtype=self._q.dtype)
-        grads = pt.stack(self._grad_components(self._rows), axis=1)
-        finite_rows = pt.all(pt.isfinite(grads), axis=1)
-        white = pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
+        w, bound, edges, white = self._whitened_rows()
         # |v v^T|_F = |v|^2: the squared Frobenius norm is |v|^4
         finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1) ** 2, bound)
         # a row can only lose norm: a non-finite entry of u (an overflow the norm's check
@@ -470,12 +475,7 @@ class PerRowLikelihood:
         is not finite (a row can only lose norm). All outputs are sums over rows (shards add up).
         """
         if "whitened" not in self._kernels:
-            w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
-            bound = pt.scalar("bound", dtype=self._q.dtype)
-            edges = pt.vector("edges", dtype=self._q.dtype)
-            grads = pt.stack(self._grad_components(self._rows), axis=1)
-            finite_rows = pt.all(pt.isfinite(grads), axis=1)
-            white = pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
+            w, bound, edges, white = self._whitened_rows()
             # a finite row can still overflow once whitened: it adds 0, never unclipped
             finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1), bound)
             clipped = pt.switch(finite[:, None], white, 0.0) * scale[:, None]
