@@ -25,6 +25,12 @@ noise source; ``T`` the likelihood power):
    \log p)` then carries noise of covariance :math:`(2Tcs)^2 M^{-1}`, proportional to the
    posterior's.
 
+**Retreat.** A Newton step assumes the curvature where it starts holds along the way. Where it
+grows (Poisson's ``exp(eta)`` from below, the log of a scale from above) the step overshoots, and
+the curvature released at its end, read along the step, shows by how much it grew; the walk then
+retreats to the step's root under a curvature growing exponentially between the two releases,
+on the near side of the mode (:func:`_retreat`; ``errors["retreats"]`` counts them).
+
 Each clip is chosen from a released histogram of the rows' norms in that metric (sensitivity
 :math:`\sqrt 2`; :func:`choose_clip`): the clip that minimises the expected squared error, noise
 against ``bias(c)``, a bound on what clipping removes from the denoised counts. (Andrew et al.
@@ -104,6 +110,9 @@ NORM_BINS = 16
 #: Largest ratio of the last two steps' lengths a walk still moving is taken to converge at
 #: (the distance left is ``rho / (1 - rho)`` of the last step: 4x here).
 WALK_RHO = 0.8
+#: Growth of the curvature along a step (less its noise) above which the walk retreats
+#: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~40%.
+RETREAT_GROWTH = 2.0
 
 
 @dataclass(frozen=True)
@@ -407,11 +416,13 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     rows, cols = np.triu_indices(dim)
     weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
     errors: dict = {}
-    curvature = None
+    curvature = known = spread = None
     w = np.eye(dim)  # the metric of the next curvature release: raw at first
     targets: list = []
     walk = None
     last_t = -1
+    came = None  # (where the last step started, the step, the metric it was taken under)
+    retreats = 0
     for t in range(steps):
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
         # the curvature in the current metric, clipped at a private quantile of its norms
@@ -439,10 +450,27 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
         curvature = chol_prev @ inner @ chol_prev.T
         # for the spread: the information the noise could have faked removed, so a direction
         # the data barely inform keeps the prior's width (the floor is for steps, not widths)
+        known_before, spread_before = known, spread
         known = chol_prev @ _shrink(released, nu) @ chol_prev.T
+        spread = curvature
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
+        if came is not None and last_t == t - 1:
+            # the curvature along the step just taken, against the one it was taken under
+            q_from, step, m_from = came
+            raw = chol_prev @ (0.5 * (released + released.T)) @ chol_prev.T
+            back = _retreat(step, m_from, raw + prec, nu)
+            if back < 1.0:
+                q = q_from + back * step
+                prec = _prior_precision(likelihood, q)
+                retreats += 1
+                if t == steps - 1:
+                    # the curvature where the walk stands lies between the last two: the step
+                    # takes the larger (short of the mode), the fit's spread the smaller
+                    known, spread = known_before, spread_before
+                if prec is None:
+                    continue
         m = 0.5 * (curvature + curvature.T) + prec
         w = _whitening(m)  # M^{-1} = W^T W
         # the whitened norms' bound where grad_clip bounds the raw ones (a GLM inside its public
@@ -481,11 +509,14 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
                 "curvature": float(eps_m),
                 "linearisation": float(eps_m * r),
                 "clip": float(c),
+                "retreats": float(retreats),
             }
         grad = np.linalg.solve(w, z)  # the posterior's gradient, raw coordinates
         targets.append((q.copy(), grad, (per_unit * c) ** 2))
         last_t = t
-        q = q + _backtrack(likelihood, q, w.T @ z)
+        step = _backtrack(likelihood, q, w.T @ z)
+        came = (q.copy(), step, m)
+        q = q + step
     prec = _prior_precision(likelihood, q)
     if errors and prec is not None and len(targets) > 1:
         q, errors = _combine(targets, curvature + prec, q, errors, dim)
@@ -498,7 +529,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             "scale). Use a weakly informative prior or a public initval on the data's scale, "
             "and build a new step."
         )
-    metric = np.linalg.inv(_positive_definite(curvature + prec, 1e-12))
+    metric = np.linalg.inv(_positive_definite(spread + prec, 1e-12))
     metric = 0.5 * (metric + metric.T)
     cov = np.linalg.inv(_positive_definite(known + prec, 1e-12))
     # in the metric's posterior sds: the noise's; a clipping bias of norm b, whose direction is
@@ -576,6 +607,33 @@ def _walk_remaining(step, previous, m, length, noise):
         return None
     rho = min(length / before, WALK_RHO)
     return rho / (1.0 - rho) * step
+
+
+def _retreat(step, m_from, m_to, nu) -> float:
+    """Share of ``step`` to keep when the curvature grew along it (1: keep all of it).
+
+    A Newton step assumes the curvature where it starts holds all the way; where it grows along
+    the step (Poisson's ``exp(eta)`` from below, the log of a scale from above), the step
+    overshoots, by several times the distance to the mode from far away, and the walk spends
+    its remaining steps crawling back under a curvature that is now too large (found in review:
+    Poisson with ``hess_clip`` from 0 landed 100-300 posterior sds past the mode). The curvature
+    released at the step's end, read along the step, shows the growth ``g`` (its noise ``nu``,
+    relative to the start's metric, taken off: a growth within the noise keeps the step). A
+    curvature growing as ``exp(k s)`` along the step, ``k = log g``, puts the root of the step's
+    directional derivative at ``s = log(1 + k) / k`` (a Newton step is ``s = 1`` under the
+    start's curvature); where the rows' curvatures grow at different rates, the log of their sum
+    is convex in ``s``, the single exponential overstates the curvature in between and the root
+    is short of the true one: the walk retreats to the near side, whence Newton steps converge
+    without overshooting again by much. Public post-processing of the two released curvatures.
+    """
+    along_from = float(step @ m_from @ step)
+    if not along_from > 0.0:
+        return 1.0
+    grown = float(step @ m_to @ step) / along_from - nu
+    if not grown > RETREAT_GROWTH:
+        return 1.0
+    k = np.log(grown)
+    return float(np.log1p(k) / k)
 
 
 def _prior_precision(likelihood: PerRowLikelihood, q: np.ndarray) -> np.ndarray | None:

@@ -13,7 +13,7 @@ import pytest
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_mu_for_budget
 from pymc_dp.noise import NoiseSource
-from pymc_dp.warmstart import _unpack, _walk_remaining, choose_clip, warm_start
+from pymc_dp.warmstart import _retreat, _unpack, _walk_remaining, choose_clip, warm_start
 
 N, D = 400, 3
 FAST = {"mode": "FAST_COMPILE"}  # small models: compile in Python in a second
@@ -304,6 +304,53 @@ def test_a_two_step_walk_far_from_its_mode_keeps_the_whole_last_step_in_its_spre
             )
         beyond += bool(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))) > 3.0)
     assert beyond <= 3, beyond
+
+
+def test_a_step_under_growing_curvature_retreats_short_of_the_root():
+    """Along a Newton step (``s = 1`` under the start's curvature) the curvature of a sum of
+    rows grows as ``sum_i c_i exp(k_i s)``: the retreat lands short of the directional
+    derivative's root (the near side, whence Newton does not overshoot again), but not by much;
+    a growth within the curvature's noise, or below ``RETREAT_GROWTH``, keeps the step."""
+    from scipy.optimize import brentq
+
+    step, m_from = np.array([1.0, 0.0]), np.eye(2)
+    assert _retreat(step, m_from, 1.9 * np.eye(2), 0.0) == 1.0
+    assert _retreat(step, m_from, 5.0 * np.eye(2), 4.0) == 1.0  # within the noise
+    for c, k in (([1.0], [3.0]), ([0.7, 0.3], [1.0, 6.0]), ([0.2, 0.5, 0.3], [0.5, 2.0, 8.0])):
+        c, k = np.array(c), np.array(k)
+        grown = float(np.sum(c * np.exp(k)))  # curvature at s = 1 over that at s = 0 (= 1)
+        root = brentq(lambda s, c=c, k=k: 1.0 - np.sum(c * np.expm1(k * s) / k), 0.0, 1.0)
+        back = _retreat(step, m_from, grown * np.eye(2), 0.0)
+        assert 0.5 * root < back <= root + 1e-12, (c, k, back, root)
+
+
+def test_poisson_with_hess_clip_is_not_confidently_wrong():
+    """Found in review: Poisson regression with ``hess_clip`` (n = 2000, beta = (1, 1.5, -1),
+    ``eta_bound`` 3.5, epsilon 2) walked from 0 past the mode by 100-350 posterior sds (the
+    curvature ``exp(eta)`` at the start understates it on the way), crawled back under a
+    curvature now too large and ended beyond 3 of its own sds in 4 of these 20 seeds (one at 32).
+    The walk now retreats along an overshooting step: measured none beyond 1.2 own sds."""
+    n = 2000
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(n), rng.uniform(-1, 1, (n, 2))])
+    y = rng.poisson(np.exp(X @ np.array([1.0, 1.5, -1.0])))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2.5, shape=3)
+        pm.Poisson("y", mu=pm.math.exp(pm.math.dot(X, b)), observed=y)
+    q, prec = np.zeros(3), np.eye(3) / 2.5**2
+    for _ in range(100):  # the exact mode by Newton, from the data in the clear
+        mean = np.exp(X @ q)
+        q = q + np.linalg.solve((X * mean[:, None]).T @ X + prec, X.T @ (y - mean) - prec @ q)
+    lik = pdp.PerRowLikelihood(model, compile_kwargs=FAST)
+    clip = pdp.glm_clip(np.ones(3), "poisson", y_bound=float(np.exp(3.5)), eta_bound=3.5)
+    mu = gaussian_mu_for_budget(2.0, 1e-6)
+    own = []
+    for seed in range(20):
+        ws = warm_start(
+            lik, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, mu=mu, noise=NoiseSource(seed)
+        )
+        own.append(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))))
+    assert sum(o > 3.0 for o in own) <= 1 and max(own) < 6.0, np.round(own, 2)
 
 
 def test_the_report_of_the_fit_error_matches_measurement(glm):
