@@ -399,6 +399,40 @@ def test_simulation_based_calibration_of_the_noise_aware_fit():
     assert np.mean(np.abs(plain) < 1.645) < 0.85
 
 
+def test_simulation_based_calibration_where_clipping_bites():
+    """Simulation-based calibration of Poisson regression, whose rows' scores and curvatures are
+    heavy-tailed: the clips chosen from released histograms cut the tail (a clipping bias in
+    >= 80% of fits) and bounds from public facts are loose (``eta_bound`` 3.5 where the rows
+    reach about 2.5). Parameters from the prior, counts from the model, one fit each (epsilon 1,
+    n = 3000, fixed seeds): the noise-aware 90% intervals cover the true parameter in >= 85% of
+    120 (parameter, data set) pairs (measured 0.97, Monte Carlo sd 0.027; clipped in 56 of 60
+    fits); the plain Laplace intervals, blind to the noise, do not (measured 0.82)."""
+    n, reps = 3000, 60
+    x = np.random.default_rng(0).uniform(-1, 1, n)
+    X = np.column_stack([np.ones(n), x])
+    clip = pdp.glm_clip(np.ones(2), "poisson", y_bound=float(np.exp(3.5)), eta_bound=3.5)
+    mu = gaussian_mu_for_budget(1.0, 1e-6)
+    noise_aware, plain, clipped = [], [], 0
+    for r in range(reps):
+        rng = np.random.default_rng([7, r])
+        beta = np.array([rng.normal(1.0, 0.5), rng.normal(0.0, 0.5)])
+        y = rng.poisson(np.exp(X @ beta))
+        with pm.Model() as model:
+            b0, b1 = pm.Normal("b0", 1.0, 0.5), pm.Normal("b1", 0.0, 0.5)
+            pm.Poisson("y", mu=pm.math.exp(b0 + b1 * x), observed=y)
+        lik = pdp.PerRowLikelihood(model, compile_kwargs=FAST)
+        ws = warm_start(
+            lik, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, mu=mu, noise=NoiseSource(r)
+        )
+        noise_aware.append((beta - ws.mean) / np.sqrt(np.diag(ws.posterior_cov)))
+        plain.append((beta - ws.mean) / np.sqrt(np.diag(ws.cov)))
+        clipped += ws.errors["bias"] > 0.0
+    assert clipped >= 0.8 * reps, clipped
+    covered = np.mean(np.abs(noise_aware) < 1.645)
+    assert covered >= 0.85, covered
+    assert np.mean(np.abs(plain) < 1.645) < 0.85
+
+
 def test_dplaplace_reports_its_expected_error(glm):
     model, _, q, cov, clip = glm
     with model:
