@@ -441,7 +441,14 @@ class PrivacyReport:
                 f"mean, the largest of them ~{f['expected_largest_error']:.2g}; parts "
                 f"(posterior sds): noise {f['noise']:.2g}, clipping bias <= {f['bias']:.2g}, "
                 f"curvature {f['curvature']:.2g}, linearisation {f['linearisation']:.2g}, "
-                f"walk left {f.get('walk', 0.0):.2g}; all in the intervals"
+                f"walk left {f.get('walk', 0.0):.2g}"
+                + (
+                    f", a retreat from an overshoot: last step {f.get('last_step', 0.0):.2g}, "
+                    f"bracket {f.get('bracket', 0.0):.2g}"
+                    if f.get("retreats")
+                    else ""
+                )
+                + "; all in the intervals"
             )
         if self.adaptation:
             lines.append(f"  adaptation:   {self.adaptation}")

@@ -28,8 +28,12 @@ noise source; ``T`` the likelihood power):
 **Retreat.** A Newton step assumes the curvature where it starts holds along the way. Where it
 grows (Poisson's ``exp(eta)`` from below, the log of a scale from above) the step overshoots, and
 the curvature released at its end, read along the step, shows by how much it grew; the walk then
-retreats to the step's root under a curvature growing exponentially between the two releases,
-on the near side of the mode (:func:`_retreat`; ``errors["retreats"]`` counts them).
+retreats once to the step's root under a curvature growing exponentially between the two
+releases (:func:`_retreat`; ``errors["retreats"]``). Clipped rows make the released growth
+saturate, so the retreat may stop past the root: the derivative released there brackets the
+root along the step, and later steps stay in the bracket (:class:`_Line`). What the walk cannot
+resolve goes into the spread: after a retreat, the whole last step (``errors["last_step"]``),
+and the bracket when the last step was bracketed (``errors["bracket"]``).
 
 Each clip is chosen from a released histogram of the rows' norms in that metric (sensitivity
 :math:`\sqrt 2`; :func:`choose_clip`): the clip that minimises the expected squared error, noise
@@ -73,6 +77,7 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import brentq
 
 from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.accounting.ledger import GaussianMechanism
@@ -111,8 +116,12 @@ NORM_BINS = 16
 #: (the distance left is ``rho / (1 - rho)`` of the last step: 4x here).
 WALK_RHO = 0.8
 #: Growth of the curvature along a step (less its noise) above which the walk retreats
-#: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~40%.
+#: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~30%.
 RETREAT_GROWTH = 2.0
+#: After a retreat, a last step longer than this many times its noise's expected norm has not
+#: arrived (an arrived walk's step is its noise: a chi with ``d`` degrees of freedom, within
+#: 1.5x of its mean in ~95% of cases for d >= 3).
+LAST_STEP_NOISE = 1.5
 
 
 @dataclass(frozen=True)
@@ -134,8 +143,9 @@ class WarmStart:
         Released-quantity figures of the last step, in posterior sds (whitened units): ``noise``
         (:math:`\\sqrt\\kappa`), ``bias`` (``b``), ``curvature`` (:math:`\\epsilon`) and
         ``linearisation`` (:math:`\\epsilon r`), ``walk`` (the distance a walk still moving has
-        left, :func:`_walk_remaining`), the clip ``c`` chosen, and ``combined`` when the last
-        two targets were averaged.
+        left, :func:`_walk_remaining`), the clip ``c`` chosen, ``combined`` when the last
+        two targets were averaged, ``retreats`` (0 or 1, :func:`_retreat`) and after one
+        ``last_step`` and ``bracket`` (the spread they add, :class:`_Line`).
     unit : ndarray (D,)
         Posterior sds of the fit's metric, the unit of :attr:`expected_error`.
     """
@@ -416,13 +426,16 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     rows, cols = np.triu_indices(dim)
     weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
     errors: dict = {}
-    curvature = known = spread = None
+    curvature = known = None
     w = np.eye(dim)  # the metric of the next curvature release: raw at first
     targets: list = []
     walk = None
     last_t = -1
     came = None  # (where the last step started, the step, the metric it was taken under)
     retreats = 0
+    bracket = None  # a retreat at the last step: the segment the mode is bracketed in
+    segment = None  # a retreat in this step: (start, step, derivative along it there, share)
+    line = None  # the segment a retreat bracketed the root in (:class:`_Line`)
     for t in range(steps):
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
         # the curvature in the current metric, clipped at a private quantile of its norms
@@ -450,25 +463,24 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
         curvature = chol_prev @ inner @ chol_prev.T
         # for the spread: the information the noise could have faked removed, so a direction
         # the data barely inform keeps the prior's width (the floor is for steps, not widths)
-        known_before, spread_before = known, spread
         known = chol_prev @ _shrink(released, nu) @ chol_prev.T
-        spread = curvature
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
-        if came is not None and last_t == t - 1:
+        if came is not None and last_t == t - 1 and not retreats:
             # the curvature along the step just taken, against the one it was taken under
-            q_from, step, m_from = came
+            q_from, step, m_from, d_from = came
             raw = chol_prev @ (0.5 * (released + released.T)) @ chol_prev.T
             back = _retreat(step, m_from, raw + prec, nu)
             if back < 1.0:
                 q = q_from + back * step
                 prec = _prior_precision(likelihood, q)
                 retreats += 1
+                segment = (q_from, step, d_from, back, m_from)
                 if t == steps - 1:
-                    # the curvature where the walk stands lies between the last two: the step
-                    # takes the larger (short of the mode), the fit's spread the smaller
-                    known, spread = known_before, spread_before
+                    # no step is left to find the mode between where the step began and where
+                    # it overshot: all of the segment to the farther end goes into the spread
+                    bracket = max(back, 1.0 - back) * step
                 if prec is None:
                     continue
         m = 0.5 * (curvature + curvature.T) + prec
@@ -514,11 +526,36 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
         grad = np.linalg.solve(w, z)  # the posterior's gradient, raw coordinates
         targets.append((q.copy(), grad, (per_unit * c) ** 2))
         last_t = t
-        step = _backtrack(likelihood, q, w.T @ z)
-        came = (q.copy(), step, m)
+        step = w.T @ z
+        if segment is not None:
+            q_from, seg, d_from, back, m_seg = segment
+            segment = None
+            # noise sd of the released derivative along the segment: z's is per_unit c
+            d_sd = per_unit * c * float(np.linalg.norm(np.linalg.solve(w.T, seg)))
+            d_to = float(seg @ grad)
+            if d_from > 0.0 and d_to < -2.0 * d_sd:
+                line = _Line(q_from, seg, 0.0, d_from, float(seg @ m_seg @ seg), back, d_to)
+        if line is not None:
+            d_sd = per_unit * c * float(np.linalg.norm(np.linalg.solve(w.T, line.seg)))
+            guarded = line.guard(q, grad, step, m, d_sd)
+            if guarded is not None:
+                step = guarded
+                if t == steps - 1:
+                    bracket = line.width() * line.seg
+                    walk = None
+        step = _backtrack(likelihood, q, step)
+        if retreats and t == steps - 1:
+            # after a retreat the curvature is known to change fast along the walk: a last step
+            # longer than its noise (a walk that has not arrived) is off by a share of its
+            # length that only a further release could tell; one within it corrects noise
+            signal = np.sqrt(max(r**2 - (LAST_STEP_NOISE * np.sqrt(kappa * dim)) ** 2, 0.0))
+            if signal > 0.0:
+                errors["step_left"] = signal / r * step
+        came = (q.copy(), step, m, float(step @ grad))
         q = q + step
     prec = _prior_precision(likelihood, q)
-    if errors and prec is not None and len(targets) > 1:
+    if errors and prec is not None and len(targets) > 1 and bracket is None:
+        # (not when the bracket stopped the last step short of Newton's targets)
         q, errors = _combine(targets, curvature + prec, q, errors, dim)
         prec = _prior_precision(likelihood, q)
     if not errors or prec is None or not _finite_fit(likelihood, q, curvature + prec):
@@ -529,7 +566,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             "scale). Use a weakly informative prior or a public initval on the data's scale, "
             "and build a new step."
         )
-    metric = np.linalg.inv(_positive_definite(spread + prec, 1e-12))
+    metric = np.linalg.inv(_positive_definite(curvature + prec, 1e-12))
     metric = 0.5 * (metric + metric.T)
     cov = np.linalg.inv(_positive_definite(known + prec, 1e-12))
     # in the metric's posterior sds: the noise's; a clipping bias of norm b, whose direction is
@@ -547,6 +584,13 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     if walk is not None:
         noise_cov = noise_cov + np.outer(walk, walk)
         errors["walk"] = float(np.sqrt(walk @ np.linalg.solve(metric, walk)))
+    if bracket is not None:
+        noise_cov = noise_cov + np.outer(bracket, bracket)
+        errors["bracket"] = float(np.sqrt(bracket @ np.linalg.solve(metric, bracket)))
+    step_left = errors.pop("step_left", None)
+    if step_left is not None:
+        noise_cov = noise_cov + np.outer(step_left, step_left)
+        errors["last_step"] = float(np.sqrt(step_left @ np.linalg.solve(metric, step_left)))
     unit = np.sqrt(np.diag(metric))
     errors["largest"] = float(_median_largest(noise_cov, unit))
     return WarmStart(
@@ -623,8 +667,9 @@ def _retreat(step, m_from, m_to, nu) -> float:
     directional derivative at ``s = log(1 + k) / k`` (a Newton step is ``s = 1`` under the
     start's curvature); where the rows' curvatures grow at different rates, the log of their sum
     is convex in ``s``, the single exponential overstates the curvature in between and the root
-    is short of the true one: the walk retreats to the near side, whence Newton steps converge
-    without overshooting again by much. Public post-processing of the two released curvatures.
+    is short of the true one. Clipped rows cap the released growth (found in review: 50-160
+    where the truth was 1e4-1e18), and then the retreat stops past the root: :class:`_Line`
+    brackets it. Public post-processing of the two released curvatures.
     """
     along_from = float(step @ m_from @ step)
     if not along_from > 0.0:
@@ -634,6 +679,72 @@ def _retreat(step, m_from, m_to, nu) -> float:
         return 1.0
     k = np.log(grown)
     return float(np.log1p(k) / k)
+
+
+@dataclass
+class _Line:
+    """The segment ``start + s seg`` a retreat bracketed the mode in: the released derivative
+    along ``seg`` is positive at ``s = near`` and negative at ``s = far`` (raw coordinates).
+
+    Found in review: where the rows' curvatures are clipped, the released growth saturates
+    (50-160 where the truth was 1e4-1e18) and :func:`_retreat` keeps about 0.4 of the step
+    where the root was at 0.1-0.3; the next Newton steps, under the curvature released at the
+    overshoot, crawl back a tenth of the way each, and from the near side Newton overshoots
+    again (a Poisson intercept of 2.5 from 0: 18 of 20 fits beyond 3 own sds). Along a segment
+    where the curvature grows the derivative is concave: the secant's root lies short of the
+    true one and a Newton step's beyond it, so the walk moves to the secant's root when past it
+    (regula falsi) and stops a Newton step there when short of it (a safeguarded Newton step,
+    as in Numerical Recipes' ``rtsafe``). Clipped gradients understate the derivatives' size,
+    which moves the secant's root but never out of the bracket.
+    """
+
+    start: np.ndarray
+    seg: np.ndarray
+    near: float
+    d_near: float
+    k_near: float  # the curvature along seg at near (released), per share squared
+    far: float
+    d_far: float
+
+    def root(self) -> float:
+        """Where the derivative vanishes if the curvature grows as ``exp(k u)`` from ``near``
+        (``k`` fitted to the derivatives at both ends and the curvature at ``near``); the secant's
+        root where it does not grow."""
+        span, drop = self.far - self.near, (self.d_near - self.d_far) / self.k_near
+        if not drop > span * (1.0 + 1e-9):  # no growth: the derivative is linear or convex
+            return self.near + span * self.d_near / (self.d_near - self.d_far)
+        # (exp(k span) - 1) / k = drop: increasing in k from span at k = 0
+        hi = 1.0 / span
+        while np.expm1(hi * span) / hi < drop:
+            hi *= 2.0
+        k = brentq(lambda k: np.expm1(k * span) / k - drop, 1e-12 / span, hi)
+        return self.near + float(np.log1p(k * self.d_near / self.k_near) / k)
+
+    def width(self) -> float:
+        """Largest distance (in shares of ``seg``) from the root to the bracket's ends."""
+        target = self.root()
+        return max(target - self.near, self.far - target)
+
+    def guard(self, q, grad, step, m, d_sd) -> np.ndarray | None:
+        """The step kept in the bracket given the derivative released at ``q`` (noise sd
+        ``d_sd``), or None to keep the Newton step (at the root within noise, or off the
+        segment)."""
+        ss = float(self.seg @ self.seg)
+        here = float((q - self.start) @ self.seg) / ss
+        d = float(self.seg @ grad)
+        if not self.near <= here <= self.far:
+            return None
+        if d < -2.0 * d_sd:
+            self.far, self.d_far = here, d
+            return self.start + self.root() * self.seg - q
+        if d > 2.0 * d_sd:
+            self.near, self.d_near = here, d
+            self.k_near = float(self.seg @ m @ self.seg)
+            target = self.root()
+            reach = here + float(step @ self.seg) / ss
+            if reach > target > here:
+                return step * (target - here) / (reach - here)
+        return None
 
 
 def _prior_precision(likelihood: PerRowLikelihood, q: np.ndarray) -> np.ndarray | None:

@@ -57,7 +57,8 @@ def test_quickstart_runs_as_printed_and_gives_a_usable_posterior(capsys):
 
 def widest(fit_error: dict) -> float:
     """Widest sd ratio to the exact Laplace a quickstart fit may have: 1.6, the noise-aware
-    widening (measured 1.02-1.17x), widened by the walk's term the fit reports (posterior sds
+    widening (measured 1.02-1.17x), widened by the walk's terms the fit reports (posterior sds
     along one direction; a conservative rule, a few percent of quickstart fits that had
     arrived report 2-4: 2.8x wide at a walk of 4.05, with the mean 0.26 sds off)."""
-    return float(np.hypot(1.6, fit_error.get("walk", 0.0)))
+    left = [fit_error.get(k, 0.0) for k in ("walk", "last_step", "bracket")]
+    return float(np.linalg.norm([1.6, *left]))
