@@ -33,7 +33,9 @@ releases (:func:`_retreat`; ``errors["retreats"]``). Clipped rows make the relea
 saturate, so the retreat may stop past the root: the derivative released there brackets the
 root along the step, and later steps stay in the bracket (:class:`_Line`). What the walk cannot
 resolve goes into the spread: after a retreat, the whole last step (``errors["last_step"]``),
-and the bracket when the last step was bracketed (``errors["bracket"]``).
+the bracket when the last step was bracketed (``errors["bracket"]``) and, after a retreat at
+the last step (``steps=2``), the retreat's length in every direction (``errors["lost"]``): use
+3 steps or more (the default 4) where a walk from the public start may overshoot.
 
 Each clip is chosen from a released histogram of the rows' norms in that metric (sensitivity
 :math:`\sqrt 2`; :func:`choose_clip`): the clip that minimises the expected squared error, noise
@@ -145,7 +147,7 @@ class WarmStart:
         ``linearisation`` (:math:`\\epsilon r`), ``walk`` (the distance a walk still moving has
         left, :func:`_walk_remaining`), the clip ``c`` chosen, ``combined`` when the last
         two targets were averaged, ``retreats`` (0 or 1, :func:`_retreat`) and after one
-        ``last_step`` and ``bracket`` (the spread they add, :class:`_Line`).
+        ``last_step``, ``bracket`` and ``lost`` (the spread they add, :class:`_Line`).
     unit : ndarray (D,)
         Posterior sds of the fit's metric, the unit of :attr:`expected_error`.
     """
@@ -433,7 +435,8 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     last_t = -1
     came = None  # (where the last step started, the step, the metric it was taken under)
     retreats = 0
-    bracket = None  # a retreat at the last step: the segment the mode is bracketed in
+    bracket = None  # the segment the mode is bracketed in, after a retreat, at the last step
+    lost = None  # a retreat at the last step: (its length in posterior sds, their metric)
     segment = None  # a retreat in this step: (start, step, derivative along it there, share)
     line = None  # the segment a retreat bracketed the root in (:class:`_Line`)
     for t in range(steps):
@@ -467,7 +470,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
-        if came is not None and last_t == t - 1 and not retreats:
+        if hess_clip is not None and came is not None and last_t == t - 1 and not retreats:
             # the curvature along the step just taken, against the one it was taken under
             q_from, step, m_from, d_from = came
             raw = chol_prev @ (0.5 * (released + released.T)) @ chol_prev.T
@@ -480,7 +483,10 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
                 if t == steps - 1:
                     # no step is left to find the mode between where the step began and where
                     # it overshot: all of the segment to the farther end goes into the spread
-                    bracket = max(back, 1.0 - back) * step
+                    lost = (
+                        max(back, 1.0 - back) * float(np.sqrt(step @ m_from @ step)),
+                        np.linalg.inv(_positive_definite(m_from, 1e-12)),
+                    )
                 if prec is None:
                     continue
         m = 0.5 * (curvature + curvature.T) + prec
@@ -584,6 +590,13 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     if walk is not None:
         noise_cov = noise_cov + np.outer(walk, walk)
         errors["walk"] = float(np.sqrt(walk @ np.linalg.solve(metric, walk)))
+    if lost is not None:
+        # no step is left to find the mode after the overshoot: the first step's direction
+        # was as wrong as its length (found in review: a spread along the step only left the
+        # error across it at 6-70 own sds with 6 coefficients); in the sds of the metric the
+        # step was taken in, the wider one (the curvature grew along the step)
+        noise_cov = noise_cov + lost[0] ** 2 * lost[1]
+        errors["lost"] = lost[0]
     if bracket is not None:
         noise_cov = noise_cov + np.outer(bracket, bracket)
         errors["bracket"] = float(np.sqrt(bracket @ np.linalg.solve(metric, bracket)))
@@ -711,6 +724,8 @@ class _Line:
         (``k`` fitted to the derivatives at both ends and the curvature at ``near``); the secant's
         root where it does not grow."""
         span, drop = self.far - self.near, (self.d_near - self.d_far) / self.k_near
+        if not span > 0.0:
+            return self.near
         if not drop > span * (1.0 + 1e-9):  # no growth: the derivative is linear or convex
             return self.near + span * self.d_near / (self.d_near - self.d_far)
         # (exp(k span) - 1) / k = drop: increasing in k from span at k = 0
@@ -734,16 +749,20 @@ class _Line:
         d = float(self.seg @ grad)
         if not self.near <= here <= self.far:
             return None
+        # only the step's part along the segment is guarded: the mode need not lie on it (found
+        # in review: snapping onto it left fits from a public start whose direction to the mode
+        # differs from the first step's between the two, 3-5 of 20 beyond 3 own sds)
+        along = float(step @ self.seg) / ss
+        across = step - along * self.seg
         if d < -2.0 * d_sd:
             self.far, self.d_far = here, d
-            return self.start + self.root() * self.seg - q
+            return (self.root() - here) * self.seg + across
         if d > 2.0 * d_sd:
             self.near, self.d_near = here, d
             self.k_near = float(self.seg @ m @ self.seg)
             target = self.root()
-            reach = here + float(step @ self.seg) / ss
-            if reach > target > here:
-                return step * (target - here) / (reach - here)
+            if here + along > target > here:
+                return (target - here) * self.seg + across
         return None
 
 

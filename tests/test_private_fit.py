@@ -348,8 +348,9 @@ def _poisson(X: np.ndarray, beta, seed: int = 0):
 
 def _design(kind: str, n: int) -> np.ndarray:
     rng = np.random.default_rng(1)
-    if kind == "uniform":
-        return np.column_stack([np.ones(n), rng.uniform(-1, 1, (n, 2))])
+    if kind.startswith("uniform"):
+        d = int(kind[len("uniform") :] or 3)
+        return np.column_stack([np.ones(n), rng.uniform(-1, 1, (n, d - 1))])
     if kind == "binary":
         return np.column_stack([np.ones(n), np.where(rng.random((n, 2)) < 0.5, -1.0, 1.0)])
     g = rng.random(n) < 0.5  # two groups' cell means and one covariate
@@ -357,19 +358,23 @@ def _design(kind: str, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("design", "beta", "eta_bound", "steps", "eps", "before"),
+    ("design", "beta", "eta_bound", "steps", "eps", "start", "before"),
     [
         # found in review; "before": fits beyond 3 own sds of 20 on the reviewer's draw of the
         # data, without the retreat, then with its first version (no bracket, no secant)
-        ("uniform", (1.0, 1.5, -1.0), 3.5, 4, 2.0, "4, then 0"),
-        ("uniform", (2.5, 0.5, -0.5), 3.5, 4, 4.0, "20, then 14"),
-        ("binary", (1.0, 2.0, -1.0), 4.0, 4, 4.0, "20, then 19"),
-        ("groups", (1.5, -2.0, 0.3), 2.5, 2, 2.0, "1, then 20"),
-        ("uniform", (0.0, 2.5, -1.0), 3.5, 2, 4.0, "4, then 19"),
+        ("uniform", (1.0, 1.5, -1.0), 3.5, 4, 2.0, None, "4, then 0"),
+        ("uniform", (2.5, 0.5, -0.5), 3.5, 4, 4.0, None, "20, then 14"),
+        ("binary", (1.0, 2.0, -1.0), 4.0, 4, 4.0, None, "20, then 19"),
+        ("groups", (1.5, -2.0, 0.3), 2.5, 2, 2.0, None, "1, then 20"),
+        ("uniform", (0.0, 2.5, -1.0), 3.5, 2, 4.0, None, "4, then 19"),
+        # found in the second review (the bracket held the mode on the first step's line):
+        # before the retreat, its first version, the version with that bracket
+        ("uniform6", (1.5, 1.0, -0.8, 0.5, 0.3, -0.2), 4.0, 2, 4.0, None, "20, 0, 3-5"),
+        ("uniform", (1.0, 1.5, -1.0), 3.5, 4, 4.0, (0.0, -1.5, 1.0), "18-19, 0-1, 3-5"),
     ],
 )
 def test_poisson_with_hess_clip_is_not_confidently_wrong(
-    design, beta, eta_bound, steps, eps, before
+    design, beta, eta_bound, steps, eps, start, before
 ):
     """Found in review: Poisson regression with ``hess_clip`` walks from 0 past the mode by
     hundreds of posterior sds (the curvature ``exp(eta)`` at the start understates it on the
@@ -380,7 +385,7 @@ def test_poisson_with_hess_clip_is_not_confidently_wrong(
     n = 2000 if design == "uniform" else 5000
     lik, q = _poisson(_design(design, n), beta)
     clip = pdp.glm_clip(
-        np.ones(3), "poisson", y_bound=float(np.exp(eta_bound)), eta_bound=eta_bound
+        np.ones(len(beta)), "poisson", y_bound=float(np.exp(eta_bound)), eta_bound=eta_bound
     )
     mu = gaussian_mu_for_budget(eps, 1e-6)
     own = []
@@ -392,6 +397,7 @@ def test_poisson_with_hess_clip_is_not_confidently_wrong(
             mu=mu,
             noise=NoiseSource(seed),
             steps=steps,
+            start=None if start is None else np.array(start),
         )
         own.append(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))))
     assert sum(o > 3.0 for o in own) <= 1 and max(own) < 6.0, (before, np.round(own, 2))
