@@ -13,7 +13,7 @@ import pytest
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_mu_for_budget
 from pymc_dp.noise import NoiseSource
-from pymc_dp.warmstart import _retreat, _unpack, _walk_remaining, choose_clip, warm_start
+from pymc_dp.warmstart import _Line, _retreat, _unpack, _walk_remaining, choose_clip, warm_start
 
 N, D = 400, 3
 FAST = {"mode": "FAST_COMPILE"}  # small models: compile in Python in a second
@@ -322,6 +322,21 @@ def test_a_step_under_growing_curvature_retreats_short_of_the_root():
         root = brentq(lambda s, c=c, k=k: 1.0 - np.sum(c * np.expm1(k * s) / k), 0.0, 1.0)
         back = _retreat(step, m_from, grown * np.eye(2), 0.0)
         assert 0.5 * root < back <= root + 1e-12, (c, k, back, root)
+
+
+def test_the_bracket_finds_the_root_of_an_exponentially_growing_curvature():
+    """Along a segment where the curvature grows as ``k0 exp(k s)``, the derivative is
+    ``d0 - k0 (exp(k s) - 1) / k``: from the derivatives at both ends and the curvature at the
+    near one the bracket's root is exact; with a constant curvature it is the secant's; and a
+    growth beyond what a float holds falls back on the secant's root (finite, inside)."""
+    d0, k0, k = 1.0, 1.0, 3.0
+    d1 = d0 - k0 * np.expm1(k) / k
+    line = _Line(np.zeros(2), np.array([1.0, 0.0]), 0.0, d0, k0, 1.0, d1)
+    np.testing.assert_allclose(line.root(), np.log1p(k * d0 / k0) / k, rtol=1e-8)
+    flat = _Line(np.zeros(2), np.array([1.0, 0.0]), 0.0, 1.0, 3.0, 1.0, -2.0)
+    np.testing.assert_allclose(flat.root(), 1.0 / 3.0)
+    extreme = _Line(np.zeros(2), np.array([1.0, 0.0]), 0.0, 1.0, 1e-300, 1.0, -1e10)
+    assert 0.0 < extreme.root() < 1.0
 
 
 def _poisson(X: np.ndarray, beta, seed: int = 0):
