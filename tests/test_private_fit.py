@@ -237,6 +237,28 @@ def _far_mode_logistic(beta: np.ndarray, n: int = 5000):
     return lik, q
 
 
+def _own_errors(lik, q, clip, eps, seeds, **kwargs) -> list[float]:
+    """Per seed, the fit's largest distance from the exact mode ``q`` in its own sds."""
+    mu = gaussian_mu_for_budget(eps, 1e-6)
+    out = []
+    for seed in seeds:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ws = warm_start(
+                lik,
+                grad_clip=clip.grad_clip,
+                hess_clip=clip.hess_clip,
+                mu=mu,
+                noise=NoiseSource(seed),
+                **kwargs,
+            )
+        out.append(float(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov)))))
+        # what the report publishes: floats from released values only (no step vector)
+        assert all(type(v) is float for v in ws.errors.values()), ws.errors
+        ws.to_attr([f"b[{j}]" for j in range(q.size)])
+    return out
+
+
 def test_a_slow_walk_is_not_confidently_wrong_when_its_last_targets_agree():
     """Found in review: large coefficients (a mode far from 0: logistic curvature there is a
     fraction of that at 0), n = 5000, epsilon 1, three steps. The walk is still moving, its last
@@ -245,19 +267,8 @@ def test_a_slow_walk_is_not_confidently_wrong_when_its_last_targets_agree():
     sds from the exact mode. With the term kept they are within 3 (measured: 1.4 at most over
     seeds 0-39; 1.27 with the term taken along the step before, 1.6 with four steps)."""
     lik, q = _far_mode_logistic(np.array([3.0, 4.0, -3.0]))
-    mu = gaussian_mu_for_budget(1.0, 1e-6)
-    clip = pdp.glm_clip(np.ones(3))
-    for seed in (6, 14, 22, 39):
-        ws = warm_start(
-            lik,
-            grad_clip=clip.grad_clip,
-            hess_clip=clip.hess_clip,
-            mu=mu,
-            noise=NoiseSource(seed),
-            steps=3,
-        )
-        own = np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))
-        assert own.max() < 3.0, (seed, own, ws.errors)
+    own = _own_errors(lik, q, pdp.glm_clip(np.ones(3)), 1.0, (6, 14, 22, 39), steps=3)
+    assert max(own) < 3.0, own
 
 
 def test_only_the_part_of_the_last_step_along_the_one_before_counts_as_walk_left():
@@ -288,21 +299,8 @@ def test_a_two_step_walk_far_from_its_mode_keeps_the_whole_last_step_in_its_spre
     the whole step: the distance left lies along the last step. Seeds 0-19 here: at most 3 fits
     beyond 3 own sds (the partial rule measured about half of them)."""
     lik, q = _far_mode_logistic(np.array([4.0, 0.5, -0.5, 3.0, -4.0]))
-    mu = gaussian_mu_for_budget(2.0, 1e-6)
-    clip = pdp.glm_clip(np.ones(5))
-    beyond = 0
-    for seed in range(20):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ws = warm_start(
-                lik,
-                grad_clip=clip.grad_clip,
-                hess_clip=clip.hess_clip,
-                mu=mu,
-                noise=NoiseSource(seed),
-                steps=2,
-            )
-        beyond += bool(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))) > 3.0)
+    own = _own_errors(lik, q, pdp.glm_clip(np.ones(5)), 2.0, range(20), steps=2)
+    beyond = sum(o > 3.0 for o in own)
     assert beyond <= 3, beyond
 
 
@@ -402,19 +400,9 @@ def test_poisson_with_hess_clip_is_not_confidently_wrong(
     clip = pdp.glm_clip(
         np.ones(len(beta)), "poisson", y_bound=float(np.exp(eta_bound)), eta_bound=eta_bound
     )
-    mu = gaussian_mu_for_budget(eps, 1e-6)
-    own = []
-    for seed in range(20):
-        ws = warm_start(
-            lik,
-            grad_clip=clip.grad_clip,
-            hess_clip=clip.hess_clip,
-            mu=mu,
-            noise=NoiseSource(seed),
-            steps=steps,
-            start=None if start is None else np.array(start),
-        )
-        own.append(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov))))
+    own = _own_errors(
+        lik, q, clip, eps, range(20), steps=steps, start=None if start is None else np.array(start)
+    )
     assert sum(o > 3.0 for o in own) <= 1 and max(own) < 6.0, (before, np.round(own, 2))
 
 
@@ -471,7 +459,8 @@ def test_simulation_based_calibration_where_clipping_bites():
     reach about 2.5). Parameters from the prior, counts from the model, one fit each (epsilon 1,
     n = 3000, fixed seeds): the noise-aware 90% intervals cover the true parameter in >= 85% of
     120 (parameter, data set) pairs (measured 0.97, Monte Carlo sd 0.027; clipped in 56 of 60
-    fits); the plain Laplace intervals, blind to the noise, do not (measured 0.82)."""
+    fits, the walk retreated in 10); the plain Laplace intervals, blind to the noise, do not
+    (measured 0.82)."""
     n, reps = 3000, 60
     x = np.random.default_rng(0).uniform(-1, 1, n)
     X = np.column_stack([np.ones(n), x])
