@@ -110,6 +110,13 @@ class PerRowLikelihood:
             )
         self.vars = vars
         self.n_rows = self.graph.n_rows
+        point = model.initial_point()
+        others = [v for v in model.value_vars if v not in vars]
+        self._build(self.graph.rows, self.graph.prior, vars, point, others)
+
+    def _build(self, rows_graph, prior, vars, point: dict, others) -> None:
+        """Kernel graphs of ``rows_graph`` and ``prior`` as functions of ``q``, the raveled
+        ``vars`` (values in ``point``); ``others`` are read from shared variables."""
         # The kernels embed the rows as they are now: pm.Data containers become constants, so
         # they get the same rewrites as literal arrays (measured at n = 1e6, d = 10: 1.6-1.9x
         # faster). Rows bound later need a new likelihood (DPStep.rebuild does that).
@@ -118,9 +125,7 @@ class PerRowLikelihood:
             for x in self.graph.batch_inputs
             if isinstance(x, SharedVariable)
         }
-        graph_rows = (
-            graph_replace(self.graph.rows, frozen, strict=False) if frozen else self.graph.rows
-        )
+        graph_rows = graph_replace(rows_graph, frozen, strict=False) if frozen else rows_graph
         batch_inputs = {frozen.get(x, x): axis for x, axis in self.graph.batch_inputs.items()}
         # one fused loop per kernel: columns instead of (n, k) arrays, one softplus per
         # Bernoulli-logit row, no provably-true parameter checks (pymc_dp.kernel_rewrites)
@@ -130,17 +135,15 @@ class PerRowLikelihood:
         # row, where d split columns would cost d scattered loads per row at large n
         (batch_rows,) = optimise_rows([graph_rows], batch_inputs, split=False)[0]
         self._batch_inputs = batch_inputs
-        point = model.initial_point()
         self._point_map_info = DictToArrayBijection.map(
             {v.name: point[v.name] for v in vars}
         ).point_map_info
         self.shared = {
             v: pytensor.shared(point[v.name], v.name + "_shared", shape=point[v.name].shape)
-            for v in model.value_vars
-            if v not in vars
+            for v in others
         }
         (self._rows, self._batch_rows, self._prior), self._q = join_nonshared_inputs(
-            point, [rows, batch_rows, self.graph.prior], vars, self.shared
+            point, [rows, batch_rows, prior], vars, self.shared
         )
         self._q.name = "q"
         self.dim = int(sum(np.prod(info[1], dtype=int) for info in self._point_map_info))

@@ -264,7 +264,7 @@ def sample(
     if getattr(step, "release", None) is not None:
         idata.attrs[RELEASE_ATTR] = step.release.to_attr()
     if getattr(step, "warm", None) is not None:
-        idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.likelihood))
+        idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.fit_likelihood))
     # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
     if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
         dp_warn(

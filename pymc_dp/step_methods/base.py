@@ -423,6 +423,11 @@ class DPStep(ArrayStepShared):
         """Releases made once for every chain (the warm start's), for the run's ledger."""
         return self.warm.entries if self.warm is not None else ()
 
+    @property
+    def fit_likelihood(self) -> PerRowLikelihood:
+        """The kernels the warm start fits (its coordinates label the fit in the report)."""
+        return self.likelihood
+
     def _run_warm_start(self, steps: int = 4) -> None:
         """Spend ``warm_start`` of the budget now, once for every chain of every run."""
         if self.warm_start_share == 0.0:
@@ -436,7 +441,7 @@ class DPStep(ArrayStepShared):
         noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
         try:
             self.warm = warm_start(
-                self.likelihood,
+                self.fit_likelihood,
                 grad_clip=self._warm_grad_clip(),
                 hess_clip=self._warm_hess_clip(),
                 mu=mu,

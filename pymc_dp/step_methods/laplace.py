@@ -28,10 +28,19 @@ import numpy as np
 import pytensor.tensor as pt
 
 from pymc_dp.accounting._validate import check_count, check_positive, check_probability
+from pymc_dp.boundary import guarded
+from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model
 
 __all__ = ["DPLaplace"]
+
+
+def _effect_likelihood(likelihood: PerRowLikelihood):
+    from pymc_dp.effects import EffectLikelihood, find_effects
+
+    effects = find_effects(likelihood.graph, likelihood.vars)
+    return None if effects is None else EffectLikelihood(likelihood, effects)
 
 
 class DPLaplace(DPStep):
@@ -55,11 +64,16 @@ class DPLaplace(DPStep):
     steps : int
         Noisy Newton steps of the fit (default 4, at most 5; each releases a curvature and a
         gradient, each with a histogram of its rows' norms).
-    nuts : bool
+    nuts : bool, optional
         Sample the model's exact prior times the fit's Gaussian likelihood surrogate with NUTS
         (:func:`pymc_dp.surrogate.gaussian_surrogate`: post-processing, no budget) instead of
         drawing from the fit: hierarchical scales, bounded and prior-only variables keep their
-        true shape. For a Gaussian prior the two agree.
+        true shape. For a Gaussian prior the two agree. Default: True where the likelihood reads
+        group effects (``mu + tau * z[g]``, :mod:`pymc_dp.effects`), False otherwise. With NUTS
+        and group effects the fit runs in the coordinates the likelihood reads (each group's
+        effect ``a = mu + tau * z`` and the free variables read directly), where a
+        random-intercept GLM is a GLM: ``hess_clip`` then bounds the rows' curvature there
+        (:func:`pymc_dp.glm_clip` with bound 1 for the group's effect, like an intercept).
     nuts_tune, target_accept
         NUTS tuning iterations and target acceptance on the surrogate (``nuts=True``).
     epsilon, delta, chains, noise_seed, exact_noise, diagnostics, row_dim, row_axes, public
@@ -105,7 +119,7 @@ class DPLaplace(DPStep):
         grad_clip: float,
         hess_clip: float | None = None,
         steps: int = 4,
-        nuts: bool = False,
+        nuts: bool | None = None,
         nuts_tune: int = 1000,
         target_accept: float = 0.9,
         **kwargs,
@@ -116,21 +130,35 @@ class DPLaplace(DPStep):
         self.grad_clip = check_positive(grad_clip, "grad_clip")
         self.hess_clip = None if hess_clip is None else check_positive(hess_clip, "hess_clip")
         self.steps = check_count(steps, "steps", minimum=1)
-        self.nuts = bool(nuts)
+        if nuts is not None and not isinstance(nuts, bool | np.bool_):
+            raise TypeError(f"`nuts` must be True, False or None, got {nuts!r}")
         self.nuts_tune = check_count(nuts_tune, "nuts_tune", minimum=1)
         self.nuts_target_accept = check_probability(target_accept, "target_accept")
-        self.fit_draws = not self.nuts  # NUTS chains: R-hat and ESS mean something
         super().__init__(vars, **kwargs)
         if self.epsilon is None:
             raise ValueError("DPLaplace needs `epsilon`: it spends all of it on its fit.")
-        if self.hess_clip is not None and self.likelihood.dim > 32:
+        self._effects = None
+        if nuts is not False and type(self.likelihood) is PerRowLikelihood:
+            # graph structure and the model's prior only: no data is read to decide
+            self._effects = guarded(
+                "Building the fit's coordinates for DPLaplace", _effect_likelihood, self.likelihood
+            )
+        self.nuts = bool(nuts) if nuts is not None else self._effects is not None
+        self.fit_draws = not self.nuts  # NUTS chains: R-hat and ESS mean something
+        if self.hess_clip is not None and self.fit_likelihood.dim > 32:
             raise ValueError(
                 f"`hess_clip` releases the observed information, whose kernel grows as the "
-                f"square of the {self.likelihood.dim} coordinates (over 32): leave it out (the "
-                "curvature then comes from gradient outer products)."
+                f"square of the {self.fit_likelihood.dim} coordinates (over 32): leave it out "
+                "(the curvature then comes from gradient outer products)."
             )
         self.warm_start_share = 1.0
         self._run_warm_start(steps=self.steps)
+
+    @property
+    def fit_likelihood(self) -> PerRowLikelihood:
+        """The group effects' coordinates where the likelihood reads them (:mod:`pymc_dp.effects`)
+        and NUTS samples the surrogate; the model's own coordinates otherwise."""
+        return self._effects if self._effects is not None else self.likelihood
 
     @classmethod
     def _tunable(cls) -> bool:
@@ -150,7 +178,7 @@ class DPLaplace(DPStep):
 
     def surrogate_model(self):
         """Exact prior x the fit's Gaussian likelihood surrogate, as a PyMC model of ``q``."""
-        lik, warm = self.likelihood, self.warm
+        lik, warm = self.fit_likelihood, self.warm
         _, grad = lik.prior_logp_and_grad(warm.mean)
         idx, precision, pull, uninformed = gaussian_surrogate(
             warm.mean,
@@ -168,12 +196,14 @@ class DPLaplace(DPStep):
                 stacklevel=2,
             )
         centre = warm.mean[idx]
+        effects = self._effects
 
         def gaussian(q):
-            d = q[idx] - centre
+            coords = q if effects is None else effects.psi_of(q)
+            d = coords[idx] - centre
             return -0.5 * pt.dot(d, pt.dot(precision, d)) + pt.dot(pull, d)
 
-        return surrogate_model(lik, gaussian)
+        return surrogate_model(self.likelihood, gaussian)
 
     def _reset_chain(self) -> None:
         super()._reset_chain()
@@ -185,10 +215,17 @@ class DPLaplace(DPStep):
                 draws=plan.tune + plan.draws,
                 tune=self.nuts_tune,
                 rng=self.rng,
-                start={"q": self.warm.mean},
+                start={"q": self._nuts_start()},
                 target_accept=self.nuts_target_accept,
                 compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
             )
+
+    def _nuts_start(self) -> np.ndarray:
+        """NUTS' start on the surrogate: the fit's mean, or the model's initial point where the
+        fit is in the effects' coordinates (public either way)."""
+        if self._effects is None:
+            return self.warm.mean
+        return self.likelihood.ravel(self.likelihood.model.initial_point())
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         if self.nuts:

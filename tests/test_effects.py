@@ -1,0 +1,191 @@
+"""The private fit in the coordinates the likelihood reads: group effects (pymc_dp.effects).
+
+The sunk graph must be the model's likelihood exactly (at random points, on the rows), an
+effect must never take in a row's data, the stand-in prior must be public and the prior's, and
+DPLaplace on a non-centred random-intercept model must follow NUTS' hyper sd.
+"""
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from scipy.stats import wasserstein_distance
+
+import pymc_dp as pdp
+from pymc_dp.effects import PRIOR_DRAWS, EffectLikelihood, find_effects, prior_moments
+from pymc_dp.likelihood import PerRowLikelihood
+
+FAST = {"mode": "FAST_COMPILE"}
+GROUPS = 5
+
+
+def _data(n=60, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, 2))
+    g = rng.integers(0, GROUPS, n)
+    y = rng.binomial(1, 0.4, n)
+    return X, g, y
+
+
+def _model(form: str, n=60, seed=1) -> pm.Model:
+    X, g, y = _data(n, seed)
+    with pm.Model() as m:
+        Xd, gd = pm.Data("X", X), pm.Data("g", g)
+        mu, tau = pm.Normal("mu", 0, 2.5), pm.HalfNormal("tau", 1.0)
+        beta = pm.Normal("beta", 0, 2.5, shape=2)
+        if form == "poisson":
+            eta = None
+        elif form == "centred":
+            a = pm.Normal("a", mu, tau, shape=GROUPS)
+            eta = a[gd] + Xd @ beta
+        elif form == "fixed":
+            eta = mu + Xd @ beta
+        else:
+            z = pm.Normal("z", 0, 1, shape=GROUPS)
+            eta = {
+                "noncentred": lambda: mu + tau * z[gd] + Xd @ beta,
+                "reordered": lambda: Xd @ beta + z[gd] * tau + mu,
+                "deterministic": lambda: pm.Deterministic("a", mu + tau * z)[gd] + Xd @ beta,
+                # a row's covariate times the effect: it must stay outside the effect
+                "row_slope": lambda: mu + tau * Xd[:, 0] * z[gd] + Xd[:, 1] * beta[0],
+                "exp_source": lambda: pt.exp(mu + tau * z)[gd] + Xd @ beta,
+                "reciprocal": lambda: mu + 1.0 / (1.0 + tau * z[gd]) + Xd @ beta,
+                "two_indices": lambda: (
+                    mu + tau * z[gd] + 0.5 * z[pm.Data("h", (g + 1) % GROUPS)] + Xd @ beta
+                ),
+            }[form]()
+        if form == "poisson":
+            z = pm.Normal("z", 0, 1, shape=GROUPS)
+            pm.Poisson("y", mu=pm.math.exp(mu + tau * z[gd] + Xd @ beta), observed=y)
+        else:
+            pm.Bernoulli("y", logit_p=eta, observed=y)
+    return m
+
+
+@pytest.mark.parametrize(
+    "form", ["noncentred", "reordered", "deterministic", "row_slope", "poisson", "reciprocal"]
+)
+def test_the_rows_in_the_effects_coordinates_are_the_model_s_rows(form):
+    m = _model(form)
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    effects = find_effects(lik.graph, lik.vars)
+    assert effects is not None and effects.n_effects == 1
+    assert effects.inputs[0].name == "effect[g]"
+    # an effect is parameters only: no private node, whatever the form
+    assert not lik.graph.private_nodes(list(effects.psi))
+    fit = EffectLikelihood(lik, effects)
+    q_sym = pt.vector("q")
+    psi_of = pytensor.function([q_sym], fit.psi_of(q_sym))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        q = rng.normal(size=lik.dim)
+        psi = fit.ravel(lik.unravel(q))
+        np.testing.assert_allclose(psi_of(q), psi, rtol=1e-12)
+        np.testing.assert_allclose(fit.logp_rows(psi), lik.logp_rows(q), rtol=1e-10, atol=1e-12)
+    # the effect is one value per group: mu + tau * z (row_slope: tau * z, mu read directly;
+    # reciprocal: 1 + tau * z; a Poisson's exp and the reciprocal stay outside: not affine)
+    point = lik.unravel(q)
+    tau = np.exp(point["tau_log__"])
+    shift = {"row_slope": 0.0, "reciprocal": 1.0}.get(form, point["mu"])
+    expected = tau * point["z"] + shift
+    np.testing.assert_allclose(psi[:GROUPS], expected, rtol=1e-12)
+
+
+def test_two_indices_give_two_effects_and_the_rows_stay_exact():
+    m = _model("two_indices")
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    effects = find_effects(lik.graph, lik.vars)
+    assert effects is not None and effects.n_effects == 2
+    # mu sits beside two gathers by different indices: it stays a coordinate of its own
+    assert [v.name for v in effects.inputs] == ["effect[g]", "effect[h]", "mu", "beta"]
+    fit = EffectLikelihood(lik, effects)
+    q = np.random.default_rng(3).normal(size=lik.dim)
+    np.testing.assert_allclose(
+        fit.logp_rows(fit.ravel(lik.unravel(q))), lik.logp_rows(q), rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("form", ["centred", "fixed", "exp_source"])
+def test_a_likelihood_that_reads_free_variables_has_no_effects(form):
+    """A gathered free variable is a coordinate already; ``exp(a)[g]`` is positive (a Gaussian
+    fit there would step out of its support): the fit stays in the model's coordinates."""
+    lik = PerRowLikelihood(_model(form), compile_kwargs=FAST)
+    assert find_effects(lik.graph, lik.vars) is None
+
+
+def test_the_stand_in_prior_is_public_and_the_prior_s():
+    m = _model("noncentred")
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    effects = find_effects(lik.graph, lik.vars)
+    centre, scale = prior_moments(m, lik.vars, effects.psi)
+    again = prior_moments(m, lik.vars, effects.psi)
+    np.testing.assert_array_equal(centre, again[0])  # a fixed public seed: no secret in it
+    # independently: a = mu + tau z, mu ~ N(0, 2.5), tau ~ HalfNormal(1), z ~ N(0, 1)
+    rng = np.random.default_rng(5)
+    a = rng.normal(0, 2.5, 10**6) + np.abs(rng.normal(size=10**6)) * rng.normal(size=10**6)
+    lo, hi = np.quantile(a, [0.16, 0.84])
+    # quantiles of PRIOR_DRAWS draws: sd ~ sqrt(.16 * .84 / N) / density ~ 0.1 here; 4 sds
+    tol = 4 * np.sqrt(0.16 * 0.84 / PRIOR_DRAWS) / 0.13
+    np.testing.assert_allclose(scale[:GROUPS], (hi - lo) / 2, atol=tol)
+    np.testing.assert_allclose(centre[:GROUPS], 0.0, atol=tol)
+    # beta ~ N(0, 2.5) is read directly: its stand-in is its own prior
+    np.testing.assert_allclose(scale[GROUPS:], 2.5, atol=tol)
+
+
+@pytest.fixture(scope="module")
+def random_intercepts():
+    """Non-centred random-intercept logistic regression: 8 groups of 500 rows."""
+    rng = np.random.default_rng(24)
+    n, groups = 4000, 8
+    X = rng.uniform(-1, 1, (n, 2))
+    g = rng.integers(0, groups, n)
+    a = rng.normal(-0.3, 0.5, groups)
+    y = rng.binomial(1, 1 / (1 + np.exp(-(a[g] + X @ np.array([1.0, -0.5])))))
+    with pm.Model() as m:
+        Xd, gd = pm.Data("X", X), pm.Data("g", g)
+        mu, tau = pm.Normal("mu", 0, 2.5), pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0, 1, shape=groups)
+        beta = pm.Normal("beta", 0, 2.5, shape=2)
+        pm.Bernoulli("y", logit_p=mu + tau * z[gd] + Xd @ beta, observed=y)
+        ref = pm.sample(
+            1000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=7,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    return m, X, g, y, ref
+
+
+def test_dplaplace_fits_the_effects_and_its_hyper_sd_follows_nuts(random_intercepts):
+    m, X, g, y, ref = random_intercepts
+    clip = pdp.glm_clip(np.ones(3))  # the group's effect is bounded like an intercept
+    with m:
+        step = pdp.DPLaplace(
+            epsilon=50.0,
+            grad_clip=clip.grad_clip,
+            hess_clip=clip.hess_clip,
+            noise_seed=3,
+            nuts_tune=500,
+        )
+        assert step.nuts and isinstance(step.fit_likelihood, EffectLikelihood)
+        idata = pdp.sample(
+            step=step, draws=500, tune=0, chains=2, cores=1, random_seed=1, progressbar=False
+        )
+    assert set(idata.posterior.data_vars) == {"mu", "tau", "z", "beta"}
+    assert set(idata.sample_stats.data_vars) == set(step.releasable_stat_names())
+    assert "effect[g][0]" in idata.attrs["pymc_dp_fit"]
+    for name in ("tau", "mu", "beta"):
+        dp = idata.posterior[name].values.reshape(1000, -1)
+        nuts = ref.posterior[name].values.reshape(2000, -1)
+        for j in range(dp.shape[1]):
+            # at epsilon 50 the fit's noise is small against the posterior: what is left is
+            # the Gaussian likelihood's approximation error and Monte Carlo error (~0.1 sd)
+            w = wasserstein_distance(dp[:, j], nuts[:, j]) / nuts[:, j].std()
+            assert w < 0.35, (name, j, w)
+    for col in (y, X[:, 0], g):
+        for var in idata.posterior.data_vars.values():
+            assert not np.isin(col[:20], var.values.ravel()).all()
