@@ -82,7 +82,11 @@ class DPLaplace(DPStep):
 
     Notes
     -----
-    Scope: the fit is measured on GLMs (logistic, Poisson regressions). For models with a scale
+    Scope: the fit is measured on GLMs (logistic, Poisson regressions) and on GLMs with random
+    intercepts (``mu + tau * z[g]``: fitted in the groups' effects, see ``nuts``; a
+    random-intercept logistic regression with 20 groups of ~1000 rows at epsilon 2 gave the
+    hyper sd within 0.1 NUTS sds in Wasserstein distance, against 7.6 for the fit in the
+    model's own coordinates). For models with a scale
     parameter (Normal with unknown sigma, StudentT) a review found runs several of their own sds
     off (the clipped score of the scale biases the fit): use :class:`~pymc_dp.DPSuffStats` for
     Normal linear regression, MCMC or :mod:`pymc_dp.expfam` otherwise. Logistic regressions with
