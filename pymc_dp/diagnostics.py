@@ -49,12 +49,12 @@ def dp_warnings(
     ess = float(np.nanmin(az.ess(ds).to_array().values))
     if not (rhat <= 1.01) and free:
         msgs.append(
-            f"R-hat {rhat:.2f} > 1.01 and bulk ESS {ess:.0f}: NUTS on the released statistics "
+            f"R-hat {rhat:.3f} > 1.01 and bulk ESS {ess:.0f}: NUTS on the released statistics "
             "has not mixed; more draws or nuts_tune cost no budget"
         )
     elif not (rhat <= 1.01):
         msgs.append(
-            f"R-hat {rhat:.2f} > 1.01 and bulk ESS {ess:.0f}: the chains have not mixed. A DP "
+            f"R-hat {rhat:.3f} > 1.01 and bulk ESS {ess:.0f}: the chains have not mixed. A DP "
             "chain's effective sample size is bought by the budget (it grows with n and "
             "epsilon^2, hardly with draws), so longer runs do not help"
             + (f"; {advice}" if advice else "")

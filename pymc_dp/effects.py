@@ -102,18 +102,28 @@ class _Sinker:
 
     def __init__(self, graph: ModelGraph, value_vars) -> None:
         self.graph = graph
+        self.value_vars = list(value_vars)
         self.values = {id(v) for v in value_vars}
-        self._reads_private: dict[int, bool] = {}
+        # keyed by the variable itself (kept alive), never by an id a freed one could reuse
+        self._reads_private: dict[Variable, bool] = {}
+        self._lengths: dict[Variable, int] = {}
+        self._point = graph.model.initial_point()
+
+    def length(self, var: Variable) -> int:
+        """Length of a parameter vector at the initial point (public): static shapes may be
+        unknown (``dims``), and vectors of different lengths must never be combined."""
+        if var not in self._lengths:
+            self._lengths[var] = int(_evaluate(var, self.value_vars, self._point).shape[0])
+        return self._lengths[var]
 
     def reads_values(self, var: Variable) -> bool:
         return any(id(a) in self.values for a in ancestors([var]))
 
     def param_only(self, var: Variable) -> bool:
         """No private data among ``var``'s ancestors (by node identity, like every release)."""
-        key = id(var)
-        if key not in self._reads_private:
-            self._reads_private[key] = bool(self.graph.private_nodes([var]))
-        return not self._reads_private[key]
+        if var not in self._reads_private:
+            self._reads_private[var] = bool(self.graph.private_nodes([var]))
+        return not self._reads_private[var]
 
     def gather(self, var: Variable) -> tuple[Variable, Variable] | None:
         found = _gather(var)
@@ -138,9 +148,8 @@ class _Sinker:
         if len(idx) != 1:
             return None
         (index,) = idx.values()
-        lengths = {g[0].type.shape[0] for g in gathers if g is not None} - {None}
-        if len(lengths) > 1:  # vectors of different lengths gathered together: leave them
-            return None
+        if len({self.length(g[0]) for g in gathers if g is not None}) > 1:
+            return None  # vectors of different lengths gathered together: leave them
         inner, others = [], []
         for inp, g in zip(inputs, gathers, strict=True):
             if g is not None:
@@ -185,13 +194,12 @@ def find_effects(graph: ModelGraph, value_vars) -> Effects | None:
             sources.setdefault(id(found[0]), found)
     if not sources or not all(_affine(x.owner) for x, _ in sources.values()):
         return None  # a gathered free variable is a coordinate already; exp(z)[g] is not one
-    point = graph.model.initial_point()
     values = {v.name: v for v in value_vars}
     psi, inputs, swap = [], [], {}
     names: set[str] = set()
     ordered = sorted(sources.values(), key=lambda found: found[1].name or "")
     for k, (x, idx) in enumerate(ordered):
-        length = _evaluate(x, graph.model, value_vars, point).shape[0]
+        length = sinker.length(x)
         name = f"effect[{idx.name}]" if idx.name else f"effect_{k}"
         name = name if name not in names else f"{name}_{k}"
         names.add(name)
@@ -208,24 +216,32 @@ def find_effects(graph: ModelGraph, value_vars) -> Effects | None:
     return Effects(rows=rows, inputs=tuple(inputs), psi=tuple(psi), n_effects=len(ordered))
 
 
-def _evaluate(var: Variable, model, value_vars, point) -> np.ndarray:
+def _evaluate(var: Variable, value_vars, point) -> np.ndarray:
     fn = pytensor.function(list(value_vars), var, on_unused_input="ignore", mode=_FAST)
     return np.asarray(fn(*[point[v.name] for v in value_vars]))
 
 
-def prior_moments(model, value_vars, psi) -> tuple[np.ndarray, np.ndarray]:
+def prior_moments(model, value_vars, psi) -> tuple[np.ndarray, np.ndarray] | None:
     """Median and a robust sd (half the central 68% range) of ``psi`` under the model's prior,
-    from :data:`PRIOR_DRAWS` public draws with the public :data:`PRIOR_SEED`: no data."""
+    from :data:`PRIOR_DRAWS` public draws with the public :data:`PRIOR_SEED`: no data. None
+    where the prior cannot be drawn from (``pm.Flat``, a ``CustomDist`` without ``random``) or
+    its draws are not finite."""
     to_rv = {}
     for rv in model.free_RVs:
         value = model.rvs_to_values[rv]
         transform = model.rvs_to_transforms.get(rv)
         to_rv[value] = rv if transform is None else transform.forward(rv, *rv.owner.inputs)
     flat = pt.concatenate([pt.flatten(p) for p in psi])
-    draws = pm.draw(
-        graph_replace(flat, to_rv, strict=False), draws=PRIOR_DRAWS, random_seed=PRIOR_SEED
-    )
-    lo, mid, hi = np.quantile(np.asarray(draws, dtype=float), [0.16, 0.5, 0.84], axis=0)
+    try:  # the prior reads no private data (refused by the analysis): its errors are public
+        draws = pm.draw(
+            graph_replace(flat, to_rv, strict=False), draws=PRIOR_DRAWS, random_seed=PRIOR_SEED
+        )
+    except Exception:  # noqa: BLE001 - no sampler for some prior: the model's own coordinates
+        return None
+    draws = np.asarray(draws, dtype=float)
+    if not np.all(np.isfinite(draws)):
+        return None
+    lo, mid, hi = np.quantile(draws, [0.16, 0.5, 0.84], axis=0)
     return mid, np.maximum((hi - lo) / 2.0, 1e-3)
 
 
@@ -238,14 +254,16 @@ class EffectLikelihood(PerRowLikelihood):
     :meth:`psi_of` gives them as a graph of a raveled point of ``base`` (for the surrogate).
     """
 
-    def __init__(self, base: PerRowLikelihood, effects: Effects) -> None:
+    def __init__(
+        self, base: PerRowLikelihood, effects: Effects, moments: tuple[np.ndarray, np.ndarray]
+    ) -> None:
         self.model = base.model
         self._compile_kwargs = dict(base._compile_kwargs)
         self.graph = base.graph
         self.n_rows = base.n_rows
         self.base = base
         self.effects = effects
-        self.centre, self.scale = prior_moments(base.model, base.vars, effects.psi)
+        self.centre, self.scale = moments
         point = base.model.initial_point()
         start = {
             v.name: np.asarray(val)

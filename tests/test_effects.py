@@ -74,7 +74,7 @@ def test_the_rows_in_the_effects_coordinates_are_the_model_s_rows(form):
     assert effects.inputs[0].name == "effect[g]"
     # an effect is parameters only: no private node, whatever the form
     assert not lik.graph.private_nodes(list(effects.psi))
-    fit = EffectLikelihood(lik, effects)
+    fit = EffectLikelihood(lik, effects, prior_moments(lik.model, lik.vars, effects.psi))
     q_sym = pt.vector("q")
     psi_of = pytensor.function([q_sym], fit.psi_of(q_sym))
     rng = np.random.default_rng(0)
@@ -99,11 +99,52 @@ def test_two_indices_give_two_effects_and_the_rows_stay_exact():
     assert effects is not None and effects.n_effects == 2
     # mu sits beside two gathers by different indices: it stays a coordinate of its own
     assert [v.name for v in effects.inputs] == ["effect[g]", "effect[h]", "mu", "beta"]
-    fit = EffectLikelihood(lik, effects)
+    fit = EffectLikelihood(lik, effects, prior_moments(lik.model, lik.vars, effects.psi))
     q = np.random.default_rng(3).normal(size=lik.dim)
     np.testing.assert_allclose(
         fit.logp_rows(fit.ravel(lik.unravel(q))), lik.logp_rows(q), rtol=1e-10
     )
+
+
+def test_vectors_of_different_lengths_are_not_combined():
+    """``z`` with ``dims`` (static length unknown) and ``w`` one longer, gathered by the same
+    index: sinking them together would fail at run time (review); each stays its own effect."""
+    X, g, y = _data()
+    with pm.Model(coords={"group": range(GROUPS)}) as m:
+        gd = pm.Data("g", g)
+        mu, tau = pm.Normal("mu", 0, 2.5), pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0, 1, dims="group")
+        w = pm.Normal("w", 0, 1, shape=GROUPS + 1)
+        pm.Bernoulli("y", logit_p=mu + tau * z[gd] + 0.3 * w[gd], observed=y)
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    effects = find_effects(lik.graph, lik.vars)
+    assert effects is not None
+    fit = EffectLikelihood(lik, effects, prior_moments(m, lik.vars, effects.psi))
+    q = np.random.default_rng(2).normal(size=lik.dim)
+    np.testing.assert_allclose(
+        fit.logp_rows(fit.ravel(lik.unravel(q))), lik.logp_rows(q), rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("prior", ["flat", "custom"])
+def test_a_prior_without_draws_keeps_the_model_s_coordinates(prior):
+    """``pm.Flat`` or a ``CustomDist`` without ``random``: no stand-in prior can be drawn, so the
+    fit stays in the model's coordinates (it crashed with a data-boundary error: review)."""
+    from pymc_dp.step_methods.laplace import _effect_likelihood
+
+    X, g, y = _data()
+    with pm.Model() as m:
+        gd = pm.Data("g", g)
+        if prior == "flat":
+            mu = pm.Flat("mu")
+        else:
+            mu = pm.CustomDist("mu", logp=lambda v: -0.5 * v**2 / 6.25)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0, 1, shape=GROUPS)
+        pm.Bernoulli("y", logit_p=mu + tau * z[gd], observed=y)
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    assert find_effects(lik.graph, lik.vars) is not None
+    assert _effect_likelihood(lik) is None
 
 
 @pytest.mark.parametrize("form", ["centred", "fixed", "exp_source"])
