@@ -257,8 +257,10 @@ def release_gram(
     x_scale, x_shift = _encoding(x_lo, x_hi)
     y_scale, y_shift = _encoding(np.float64(y_bounds[0]), np.float64(y_bounds[1]))
     with np.errstate(all="ignore"):
-        z = np.clip(design, x_lo, x_hi) * x_scale + x_shift
-        y = np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift
+        # clipped again after the encoding: its rounding can leave [-1, 1] (review: bounds a
+        # few ulps apart gave |z| = 2, a row moving the release past its sensitivity)
+        z = np.clip(np.clip(design, x_lo, x_hi) * x_scale + x_shift, -1.0, 1.0)
+        y = np.clip(np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift, -1.0, 1.0)
     # NaN rows are refused by the analysis before any release; were one to arrive, it maps to
     # the range's centre (a data-independent value inside the bounds), never into the release
     z, y = np.where(np.isnan(z), 0.0, z), np.where(np.isnan(y), 0.0, y)
@@ -452,4 +454,10 @@ def _pair(spec, name: str, width: int) -> tuple[np.ndarray, np.ndarray]:
             f"`{name}` must be finite with lo < hi (lo == hi: a public constant column, e.g. "
             "an intercept column of ones)"
         )
+    ranged = lo < hi
+    with np.errstate(all="ignore"):
+        scale, shift = _encoding(lo[ranged], hi[ranged])
+    if not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
+        # a subnormal width overflows the encoding: an exact inf or NaN would be released
+        raise ValueError(f"`{name}`: a range too narrow to encode onto [-1, 1] in floats")
     return lo, hi

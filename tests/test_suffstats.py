@@ -411,3 +411,34 @@ def test_a_nan_row_that_reached_the_release_would_not_poison_it():
         design, y, x_bounds=(-1.0, 1.0), y_bounds=(-1, 1), mu=1.0, noise=NoiseSource(0)
     )
     assert np.all(np.isfinite(rel.gram))
+
+
+def test_bounds_too_narrow_to_encode_are_refused_and_rounding_stays_inside():
+    """Review: a subnormal width overflowed the encoding (an exact inf or NaN released), and
+    bounds a few ulps apart rounded rows to |z| = 2 (past the sensitivity)."""
+    from pymc_dp.linear_gaussian import check_outcome_bounds
+
+    with pytest.raises(ValueError, match="outcome_bounds.*too narrow"):
+        check_outcome_bounds((-1e-310, 1e-310))
+    # a huge magnitude, a width of a few ulps: the encoding's rounding overshoots (found by
+    # search, as the review did: |z| up to 2 without the clip after the encoding)
+    rng = np.random.default_rng(1)
+    worst, case = 0.0, None
+    for _ in range(2000):
+        lo = float(rng.choice([1, -1])) * 2.0 ** rng.uniform(40, 60)
+        hi = lo + np.spacing(abs(lo)) * rng.integers(1, 40)
+        for x in (lo, hi):
+            z = abs(x * (2.0 / (hi - lo)) - (hi + lo) / (hi - lo))
+            if z > worst:
+                worst, case = z, (lo, hi, x)
+    assert worst > 1.5  # the case exists
+    lo, hi, x = case
+    rel = release_gram(
+        np.array([[x]]),
+        np.array([0.0]),
+        x_bounds=(np.array([lo]), np.array([hi])),
+        y_bounds=(-1, 1),
+        mu=1e16,
+        noise=NoiseSource(0),
+    )
+    assert rel.gram[1, 1] <= 1.0 + 1e-6  # one row, at most 1 after the encoding
