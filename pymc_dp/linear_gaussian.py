@@ -46,9 +46,11 @@ from pymc_dp.graph import _CHECK_MODE, DataInput, _value_of
 from pymc_dp.noise import NoiseSource
 
 __all__ = [
+    "EncodedRows",
     "GramRelease",
     "LinearGaussian",
     "NotLinearGaussian",
+    "encode_rows",
     "find_linear_gaussian",
     "gram_sensitivity",
     "release_gram",
@@ -224,19 +226,62 @@ class GramRelease:
     x_shift: np.ndarray
     y_scale: float
     y_shift: float
-    mechanism: GaussianMechanism
+    mechanisms: tuple[GaussianMechanism, ...]
+    #: The second, residual release of the two-stage release
+    #: (:mod:`pymc_dp.linear_residuals`), or None.
+    residual: object | None = None
+    #: What the two-stage release decided (for the report), or "".
+    note: str = ""
 
     def to_attr(self) -> str:
         sd = self.noise_sd[np.triu_indices_from(self.noise_sd)]
-        return (
+        text = (
             f"{RELEASE_NAME}: {self.gram.shape[0]}x{self.gram.shape[0]} over n = {self.n} rows, "
-            f"Gaussian noise sd {sd.max():.4g} (diagonal) in units of the [-1, 1] encoding; the "
-            "posterior models the noise (noise-aware)"
+            f"Gaussian noise sd {sd.max():.4g} (diagonal) in units of the [-1, 1] encoding"
         )
+        if len(self.mechanisms) > 1 and self.residual is None:
+            text += f" (two releases of it combined, {len(self.mechanisms)} in the ledger)"
+        if self.residual is not None:
+            text += "; then " + self.residual.to_attr()
+        if self.note:
+            text += f" ({self.note})"
+        return text + "; the posterior models the noise (noise-aware)"
 
 
 def _encoding(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return 2.0 / (hi - lo), -(hi + lo) / (hi - lo)
+
+
+@dataclass(frozen=True)
+class EncodedRows:
+    """Private rows clipped into their public ranges and mapped onto [-1, 1]: ``u = (1, z)``
+    ``(n, k)`` and the outcome ``y`` ``(n,)``, with the (public) encoding."""
+
+    u: np.ndarray
+    y: np.ndarray
+    x_scale: np.ndarray
+    x_shift: np.ndarray
+    y_scale: float
+    y_shift: float
+
+
+def encode_rows(design, outcome, x_bounds, y_bounds) -> EncodedRows:
+    """Clip rows into the public bounds and encode them onto [-1, 1] (every release's input)."""
+    n, p = design.shape
+    x_lo, x_hi = (np.broadcast_to(np.asarray(b, float), (p,)) for b in x_bounds)
+    x_scale, x_shift = _encoding(x_lo, x_hi)
+    y_scale, y_shift = _encoding(np.float64(y_bounds[0]), np.float64(y_bounds[1]))
+    with np.errstate(all="ignore"):
+        # clipped again after the encoding: its rounding can leave [-1, 1] (review: bounds a
+        # few ulps apart gave |z| = 2, a row moving the release past its sensitivity)
+        z = np.clip(np.clip(design, x_lo, x_hi) * x_scale + x_shift, -1.0, 1.0)
+        y = np.clip(np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift, -1.0, 1.0)
+    # NaN rows are refused by the analysis before any release; were one to arrive, it maps to
+    # the range's centre (a data-independent value inside the bounds), never into the release
+    z, y = np.where(np.isnan(z), 0.0, z), np.where(np.isnan(y), 0.0, y)
+    return EncodedRows(
+        np.column_stack([np.ones(n), z]), y, x_scale, x_shift, float(y_scale), float(y_shift)
+    )
 
 
 def release_gram(
@@ -252,20 +297,9 @@ def release_gram(
     with Gaussian noise of privacy loss ``mu`` (the PLD mean: multiplier ``1 / sqrt(2 mu)``,
     replace-one)."""
     check_positive(mu, "mu")
-    n, p = design.shape
-    x_lo, x_hi = (np.broadcast_to(np.asarray(b, float), (p,)) for b in x_bounds)
-    x_scale, x_shift = _encoding(x_lo, x_hi)
-    y_scale, y_shift = _encoding(np.float64(y_bounds[0]), np.float64(y_bounds[1]))
-    with np.errstate(all="ignore"):
-        # clipped again after the encoding: its rounding can leave [-1, 1] (review: bounds a
-        # few ulps apart gave |z| = 2, a row moving the release past its sensitivity)
-        z = np.clip(np.clip(design, x_lo, x_hi) * x_scale + x_shift, -1.0, 1.0)
-        y = np.clip(np.clip(outcome, y_bounds[0], y_bounds[1]) * y_scale + y_shift, -1.0, 1.0)
-    # NaN rows are refused by the analysis before any release; were one to arrive, it maps to
-    # the range's centre (a data-independent value inside the bounds), never into the release
-    z, y = np.where(np.isnan(z), 0.0, z), np.where(np.isnan(y), 0.0, y)
-    u = np.column_stack([np.ones(n), z, y])
-    m = p + 2
+    enc = encode_rows(design, outcome, x_bounds, y_bounds)
+    n, m = enc.u.shape[0], enc.u.shape[1] + 1
+    u = np.column_stack([enc.u, enc.y])
     gram = u.T @ u
     rows, cols = np.triu_indices(m)
     keep = ~((rows == 0) & (cols == 0))
@@ -284,11 +318,11 @@ def release_gram(
         gram=released,
         noise_sd=sd,
         n=n,
-        x_scale=x_scale,
-        x_shift=x_shift,
-        y_scale=float(y_scale),
-        y_shift=float(y_shift),
-        mechanism=GaussianMechanism(RELEASE_NAME, multiplier, 1),
+        x_scale=enc.x_scale,
+        x_shift=enc.x_shift,
+        y_scale=enc.y_scale,
+        y_shift=enc.y_shift,
+        mechanisms=(GaussianMechanism(RELEASE_NAME, multiplier, 1),),
     )
 
 
@@ -367,6 +401,10 @@ def surrogate_logp(
     delta = delta + pt.triu(delta, 1).T
     g = pt.as_tensor(release.gram) - delta
     a, b, c = g[:k, :k], g[:k, k], g[k, k]
+    noise_c = float(release.noise_sd[k, k]) ** 2
+    consistency = 0.0
+    if release.residual is not None:
+        b, c, noise_c, consistency = _with_residuals(release, a, latent[cols == k])
     # the model in encoded units: y_enc = y_scale (w0 + w z) + y_shift, z = (z_enc - shift)/scale
     slope = coefs / release.x_scale
     beta = pt.concatenate(
@@ -383,10 +421,38 @@ def surrogate_logp(
     resid = h - chol.T @ beta  # L^-1 (b - A beta)
     half_logdet = pt.sum(pt.log(pt.diag(chol)))
     log_b = -0.5 * k * pt.log(2 * np.pi * s2) - half_logdet - pt.sum(resid**2) / (2 * s2)
-    noise_c = float(release.noise_sd[k, k]) ** 2
     log_c = log_rss_density(c - pt.sum(h**2), s2, noise_c, release.n - k)
     ok = pt.all(pt.isfinite(chol))
-    return pt.switch(ok, log_b + log_c, -np.inf)
+    return pt.switch(ok, log_b + log_c + consistency, -np.inf)
+
+
+def _with_residuals(release: GramRelease, a, latent_b):
+    r"""``(b, c, noise variance of c, log consistency)`` of the two-stage release, exact.
+
+    The residual release observes :math:`\tilde t = b - A\beta_p + e_t` and
+    :math:`\tilde s = c - 2\beta_p^\top b + \beta_p^\top A \beta_p + e_s`: given the latent
+    ``A`` (and ``b``) they are second observations :math:`\tilde t + A\beta_p` of ``b`` and
+    :math:`\tilde s + 2\beta_p^\top b - \beta_p^\top A\beta_p` of ``c``. Two Gaussian
+    observations of one value are one at their precision-weighted mean times the density of
+    their difference, which depends on the latent ``A``, ``b`` and is kept (``consistency``).
+    """
+    res = release.residual
+    k = release.gram.shape[0] - 1
+    pilot = res.pilot
+    v1_b = release.noise_sd[:k, k] ** 2
+    v2_b = np.full(k, res.cross_sd**2)
+    vb = 1.0 / (1.0 / v1_b + 1.0 / v2_b)
+    b1 = release.gram[:k, k]
+    b2 = res.cross + a @ pilot
+    b = (b1 / v1_b + b2 / v2_b) * vb - np.sqrt(vb) * latent_b
+    consistency = -0.5 * pt.sum((b1 - b2) ** 2 / (v1_b + v2_b))
+    v1_c, v2_c = float(release.noise_sd[k, k]) ** 2, res.squares_sd**2
+    vc = 1.0 / (1.0 / v1_c + 1.0 / v2_c)
+    c1 = float(release.gram[k, k])
+    c2 = res.squares + 2.0 * pt.dot(pilot, b) - pt.dot(pilot, a @ pilot)
+    c = (c1 / v1_c + c2 / v2_c) * vc
+    consistency = consistency - 0.5 * (c1 - c2) ** 2 / (v1_c + v2_c)
+    return b, c, vc, consistency
 
 
 def bounds_for(

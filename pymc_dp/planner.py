@@ -124,6 +124,14 @@ class Plan:
     #: over coefficients and the noise sd, in posterior sds).
     suffstats: dict | None = None
 
+    def _suffstats_line(self) -> str:
+        st = self.suffstats
+        return (
+            f"  DPSuffStats (linear-Gaussian likelihood): {st['release']} release, Gram noise "
+            f"sd {st['noise_sd']:.3g} per diagonal entry at the whole budget; largest error "
+            f"~{st['largest_error']:.2f} posterior sds"
+        )
+
     def __str__(self) -> str:
         r = self.ratio
         head = (
@@ -134,9 +142,7 @@ class Plan:
             return "\n".join(
                 [
                     head,
-                    f"  DPSuffStats (linear-Gaussian likelihood): one release of the Gram "
-                    f"matrix, noise sd {self.suffstats['noise_sd']:.3g} per diagonal entry; "
-                    f"largest error ~{self.suffstats['largest_error']:.2f} posterior sds",
+                    self._suffstats_line(),
                     f"  recommended: {self.recommended}"
                     + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
                     *[f"  advice: {a}" for a in self.advice],
@@ -154,15 +160,7 @@ class Plan:
             f"  DPPenalty (zero tuning): noise multiplier {self.penalty_noise_multiplier:.3g}, "
             f"step ~{self.penalty_step_sd:.3g} posterior sds at acceptance "
             f"~{self.penalty_acceptance:.2f}, ESS ~{self.penalty_ess:.3g} (all chains)",
-            *(
-                [
-                    f"  DPSuffStats (linear-Gaussian likelihood): one release of the Gram "
-                    f"matrix, noise sd {self.suffstats['noise_sd']:.3g} per diagonal entry; "
-                    f"largest error ~{self.suffstats['largest_error']:.2f} posterior sds"
-                ]
-                if self.suffstats
-                else []
-            ),
+            *([self._suffstats_line()] if self.suffstats else []),
             f"  recommended: {self.recommended}"
             + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
         ]
@@ -409,8 +407,8 @@ def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> P
 def _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd) -> dict | None:
     """DPSuffStats' noise and expected error (module docstring), or None when the likelihood
     is not linear-Gaussian. Reads the graph on synthetic designs only."""
-    from pymc_dp.linear_gaussian import NotLinearGaussian, find_linear_gaussian, gram_sensitivity
-    from pymc_dp.noise import NoiseSource
+    from pymc_dp.linear_gaussian import NotLinearGaussian, find_linear_gaussian
+    from pymc_dp.linear_residuals import planned_errors
 
     try:
         lg = find_linear_gaussian(graph)
@@ -423,20 +421,16 @@ def _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd) -> dict | N
     if outcome_bounds is not None:
         outcome_bounds = check_outcome_bounds(outcome_bounds)
     sigma_free = lg.q in set(ancestors([lg.sigma]))
-    m = lg.p + 2
-    entries = m * (m + 1) // 2 - 1
-    noise_sd = NoiseSource.gaussian_std(gram_sensitivity(m - 1), 1 / math.sqrt(2 * mu), entries)
     half = 1.0
     if outcome_bounds is not None:
         half = 0.5 * (float(outcome_bounds[1]) - float(outcome_bounds[0]))
     resid = 0.25 if residual_sd is None else check_positive(residual_sd, "residual_sd") / half
-    # cross products: off-diagonal noise sd / sqrt(2); second moments 1 (intercept), 1/3
-    coef = noise_sd / (math.sqrt(2.0) * resid * math.sqrt(n / 3.0))
-    intercept = noise_sd / (math.sqrt(2.0) * resid * math.sqrt(n))
-    scale = noise_sd / (resid**2 * math.sqrt(2.0 * n)) if sigma_free else 0.0
-    sds = np.r_[intercept, np.full(lg.p, coef), [scale] if sigma_free else []]
+    two_stage, sds, noise_sd = planned_errors(n, lg.p, min(resid, 1.0), mu, sigma_free)
+    coef = float(sds[1 : lg.p + 1].max()) if lg.p else float(sds[0])
+    scale = float(sds[-1]) if sigma_free else 0.0
     return {
         "noise_sd": noise_sd,
+        "release": "two-stage (pilot Gram matrix, then residuals)" if two_stage else "Gram",
         "coef_error": coef,
         "sd_error": scale,
         "largest_error": _median_largest_of(sds),

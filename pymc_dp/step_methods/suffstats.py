@@ -18,6 +18,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors
 
 from pymc_dp.accounting._validate import check_count, check_probability
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
@@ -26,11 +27,11 @@ from pymc_dp.linear_gaussian import (
     bounds_for,
     find_linear_gaussian,
     noise_entries,
-    release_gram,
     rows_of,
     start_noise,
     surrogate_logp,
 )
+from pymc_dp.linear_residuals import release_two_stage
 from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.base import _WARM_START_STREAM, ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.surrogate import sample_chain, surrogate_model
@@ -69,11 +70,15 @@ class DPSuffStats(DPStep):
     For a model whose likelihood is ``pm.Normal(mu=w0 + X @ w, sigma=s, observed=y)`` with
     ``mu`` affine in the private per-row covariates (any number of ``pm.Data`` containers or
     arrays; detected from the graph) and ``sigma`` one scalar, the rows are clipped into public
-    ranges, mapped onto :math:`[-1, 1]`, and their Gram matrix is released once with Gaussian
-    noise (the whole budget). The chains are NUTS on the exact prior times the exact density of
-    the true statistics given the released ones, the noise integrated as latent variables
-    (noise-aware, after Bernstein & Sheldon 2019): intervals carry the privacy noise, and nothing
-    is clipped but the data into its declared ranges.
+    ranges and mapped onto :math:`[-1, 1]`; a fifth of the budget releases their Gram matrix
+    (the pilot), and the rest goes where the pilot says it buys most
+    (:mod:`pymc_dp.linear_residuals`): the residuals at the pilot coefficients (their cross
+    products with the covariates and their sum of squares, clipped at 4 pilot residual sds after
+    a noisy count of the rows beyond has found the model's Normal tails), or the Gram matrix
+    again. The chains are NUTS on the exact prior times the exact density of the true statistics
+    given the released ones, the noise integrated as latent variables (noise-aware, after
+    Bernstein & Sheldon 2019): intervals carry the privacy noise, and nothing is clipped but the
+    data into its declared ranges and, where the tail check passed, residuals beyond 4 sds.
 
     Parameters
     ----------
@@ -97,7 +102,11 @@ class DPSuffStats(DPStep):
     Notes
     -----
     The noise sd of the Gram matrix grows as the number of columns: the release suits many rows
-    per column (it is one release, so it never runs out of budget as a chain would). The
+    per column (it is released once, so it never runs out of budget as a chain would). The
+    residual release helps where the residuals are a small share of the outcome's range (its
+    noise scales with their clip, not with the range; the covariates' Gram noise then acts on
+    the pilot's error only): on the everyday benchmark's synthetic design at epsilon 2 the
+    largest error fell from 2.1-4.9 to 0.82 NUTS sds (median of 10 runs). The
     posterior conditions on the covariates' Gram matrix under a flat prior (no model of the
     covariates). Stats: ``accepted`` (true), ``surrogate_diverging`` (the surrogate's NUTS
     divergences, computed from the release only), ``dp_epsilon`` / ``dp_mu`` / ``dp_delta``.
@@ -148,13 +157,15 @@ class DPSuffStats(DPStep):
         self._constant_value = x_bounds[0][self._constant]
         vary = ~self._constant
         design, outcome = rows_of(self.linear, self.n_rows)
-        self.release = release_gram(
+        sigma_free = lik.vars and self.linear.q in set(ancestors([self.linear.sigma]))
+        self.release = release_two_stage(
             design[:, vary],
             outcome,
             x_bounds=(x_bounds[0][vary], x_bounds[1][vary]),
             y_bounds=y_bounds,
             mu=mu,
             noise=noise,
+            sigma_free=bool(sigma_free),
         )
         del design, outcome
         _warn_if_singular(self.release)
@@ -168,7 +179,7 @@ class DPSuffStats(DPStep):
         return False  # NUTS moves every variable on the surrogate
 
     def _shared_entries(self) -> tuple:
-        return (self.release.mechanism,)
+        return self.release.mechanisms
 
     def mechanisms(self) -> tuple:
         return ()
