@@ -1,7 +1,7 @@
 """Everyday models against NUTS (issue 22): the release each model gets, 10 unseeded runs a cell.
 
 Rows so far: **linear regression with an unknown noise sd** through ``pdp.DPSuffStats`` (its
-sufficient statistics released once, NUTS on the noise-aware posterior), on
+sufficient statistics released in two stages, NUTS on the noise-aware posterior), on
 
 * ``fair_linear``: ``statsmodels.datasets.fair`` (n = 6366), outcome ``rate_marriage`` (codebook
   1-5) on the other seven covariates of :data:`benchmarks.realdata.PUBLIC_BOUNDS` (``affairs``

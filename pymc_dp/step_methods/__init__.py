@@ -9,7 +9,7 @@
 * :mod:`~pymc_dp.step_methods.laplace`: :class:`DPLaplace` (draws from a private, noise-aware
   Laplace fit: all of the budget in a warm start);
 * :mod:`~pymc_dp.step_methods.suffstats`: :class:`DPSuffStats` (Normal linear regression: its
-  sufficient statistics released once, NUTS on the noise-aware posterior);
+  sufficient statistics released in two stages, NUTS on the noise-aware posterior);
 * :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
   and secret batches shared by the Metropolis-type steps.
 """
