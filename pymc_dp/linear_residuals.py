@@ -94,10 +94,13 @@ def residual_sensitivity(radius: float, k: int, weight: float) -> float:
     :math:`a = R`; the maximum over :math:`x \in [0, R]` is at an end point or a root of the
     derivative :math:`4w^2x^3 + (2k - 4w^2R^2)x + 2kR` (exact, attained)."""
     r, w2 = float(radius), float(weight) ** 2
-    candidates = [0.0, r]
+    # every candidate is a point of [0, R], so the maximum never exceeds the true one; roots
+    # are taken generously (a double root's imaginary part is rounding, not absence) and a
+    # grid backs them up
+    candidates = list(np.linspace(0.0, r, 257))
     for root in np.roots([4.0 * w2, 0.0, 2.0 * k - 4.0 * w2 * r * r, 2.0 * k * r]):
-        if abs(root.imag) < 1e-12 and 0.0 <= root.real <= r:
-            candidates.append(float(root.real))
+        if abs(root.imag) <= 1e-6 * max(r, 1e-300):
+            candidates.append(min(max(float(root.real), 0.0), r))
     worst = max(k * (r + x) ** 2 + w2 * (r * r - x * x) ** 2 for x in candidates)
     return float(np.sqrt(worst))
 
