@@ -234,15 +234,8 @@ def combine_grams(first: GramRelease, second: GramRelease) -> GramRelease:
         both = p1 + p2
         gram = np.where(both > 0, (first.gram * p1 + second.gram * p2) / both, first.gram)
         sd = np.where(both > 0, 1.0 / np.sqrt(both), 0.0)
-    return GramRelease(
-        gram=gram,
-        noise_sd=sd,
-        n=first.n,
-        x_scale=first.x_scale,
-        x_shift=first.x_shift,
-        y_scale=first.y_scale,
-        y_shift=first.y_shift,
-        mechanisms=first.mechanisms + second.mechanisms,
+    return dataclasses.replace(
+        first, gram=gram, noise_sd=sd, mechanisms=first.mechanisms + second.mechanisms
     )
 
 

@@ -70,6 +70,19 @@ def two_inputs():
     return m, pdp.PerRowLikelihood(m, compile_kwargs=FAST), X, x3, y
 
 
+def _zero_noise_gaps(m, lik, lg, rel) -> np.ndarray:
+    """Surrogate minus the model's log-likelihood at six random points, the latent noise 0."""
+    latent = pt.vector("latent")
+    surrogate = pytensor.function(
+        [lg.q, latent], surrogate_logp(rel, lg.intercept, lg.coefs, lg.sigma, latent)
+    )
+    exact = pytensor.function([lik._q], lik._rows.sum())
+    rng = np.random.default_rng(3)
+    zero = np.zeros(len(noise_entries(rel.gram.shape[0])[0]))
+    points = [lik.ravel(m.initial_point()) + rng.normal(0, 0.7, lik.dim) for _ in range(6)]
+    return np.array([surrogate(q, zero) - exact(q) for q in points])
+
+
 def test_the_surrogate_is_the_likelihood_at_zero_noise(two_inputs):
     """With the noise at 0 the statistics' density is the regression likelihood up to a
     constant, at any parameter point (the sum of squares' saddlepoint included)."""
@@ -84,18 +97,7 @@ def test_the_surrogate_is_the_likelihood_at_zero_noise(two_inputs):
     rel = release_gram(
         design, outcome, x_bounds=(lo, hi), y_bounds=(-10, 10), mu=1e16, noise=NoiseSource(1)
     )
-    latent = pt.vector("latent")
-    surrogate = pytensor.function(
-        [lg.q, latent], surrogate_logp(rel, lg.intercept, lg.coefs, lg.sigma, latent)
-    )
-    exact = pytensor.function([lik._q], lik._rows.sum())
-    rng = np.random.default_rng(3)
-    zero = np.zeros(len(noise_entries(rel.gram.shape[0])[0]))
-    gaps = []
-    for _ in range(6):
-        q = lik.ravel(m.initial_point()) + rng.normal(0, 0.7, lik.dim)
-        gaps.append(surrogate(q, zero) - exact(q))
-    # log-likelihoods vary by hundreds between these points; the gap by rounding only
+    gaps = _zero_noise_gaps(m, lik, lg, rel)
     assert np.ptp(gaps) < 1e-5
 
 
@@ -528,17 +530,7 @@ def test_the_two_stage_surrogate_is_the_likelihood_at_zero_noise(two_inputs):
     hi = np.concatenate([np.full(w, BOUNDS[nm][1]) for nm, w in widths])
     pilot = np.random.default_rng(4).normal(0, 0.3, lg.p + 1)
     rel = _no_clip_two_stage(design, outcome, lo, hi, pilot, 1e16)
-    latent = pt.vector("latent")
-    surrogate = pytensor.function(
-        [lg.q, latent], surrogate_logp(rel, lg.intercept, lg.coefs, lg.sigma, latent)
-    )
-    exact = pytensor.function([lik._q], lik._rows.sum())
-    rng = np.random.default_rng(3)
-    zero = np.zeros(len(noise_entries(rel.gram.shape[0])[0]))
-    gaps = [
-        surrogate(q, zero) - exact(q)
-        for q in (lik.ravel(m.initial_point()) + rng.normal(0, 0.7, lik.dim) for _ in range(6))
-    ]
+    gaps = _zero_noise_gaps(m, lik, lg, rel)
     assert np.ptp(gaps) < 1e-5
 
 
