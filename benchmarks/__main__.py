@@ -13,7 +13,7 @@ import warnings
 import scipy.linalg  # noqa: F401
 from threadpoolctl import threadpool_limits
 
-from benchmarks import bench_abcdp, bench_expfam, floor, utility
+from benchmarks import bench_abcdp, bench_expfam, floor, mixing, utility
 from benchmarks.hmc import banana_mmd_rows, hmc_rows
 from benchmarks.kernels import kernel_rows
 from benchmarks.minibatch import minibatch_goal_rows, minibatch_rows, minibatch_tables
@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n== Easy-2d banana (thesis Table 6.1), eps = 4: median MMD over {runs} runs ==")
     mmd_rows = banana_mmd_rows(runs=runs)
     print(format_table(["sampler", "MMD", "thesis", "acceptance", "thesis", "runs"], mmd_rows))
+    print("\n== DP chains that mix (issue 24): zero tuning against NUTS ==")
+    mixing.main(["--runs", "1", "--draws", "200"] if args.quick else ["--runs", "5"])
     print("\n== ABCDP ==")
     bench_abcdp.main(args.quick)
     print("\n== Noisy sufficient statistics: Gibbs iterations per second ==")

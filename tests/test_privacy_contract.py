@@ -56,6 +56,11 @@ STEPS = {
     ),
     "penalty_zero_tuning": lambda **kw: pdp.DPPenalty(llr_clip=3.0, **kw),
     "hmc_zero_tuning": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_steps=3, **kw),
+    # hess_clip bounds the rows' curvature only where the residuals stay small: a clip here
+    "penalty_anchored": lambda **kw: pdp.DPPenalty(llr_clip=3.0, hess_clip=10.0, **kw),
+    "hmc_anchored": lambda **kw: pdp.DPHMC(
+        llr_clip=3.0, grad_clip=3.0, n_steps=3, hess_clip=10.0, **kw
+    ),
 }
 #: Budgets: DP Barker has no noise knob, so its budget must cover what it spends.
 EPSILON = {"barker": 200.0}  # n = 300, b = 100: about 1.5 per iteration

@@ -84,6 +84,8 @@ class WindowedCovariance:
         Effective draws ``initial_cov`` is worth.
     min_ess : float, optional
         Windows with a smaller ESS are skipped (default :data:`MIN_WINDOW_ESS`).
+    initial_mean : ndarray (D,), optional
+        The warm start's mean, pooled with the windows' means the same way (:attr:`mean`).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class WindowedCovariance:
         mask: np.ndarray | None = None,
         prior_weight: float = PRIOR_WEIGHT,
         min_ess: float | None = None,
+        initial_mean: np.ndarray | None = None,
     ) -> None:
         self.initial_cov = np.array(initial_cov, dtype=float)
         dim = self.initial_cov.shape[0]
@@ -102,6 +105,9 @@ class WindowedCovariance:
         self.windows = adaptation_windows(tune)
         self._ends = {end: start for start, end in self.windows}
         self.cov = self.initial_cov.copy()
+        #: The pooled mean, like the covariance (an independence proposal's centre); starts at
+        #: ``initial_mean`` (default 0).
+        self.mean = np.zeros(dim) if initial_mean is None else np.array(initial_mean, float)
         self.weight = self.prior_weight
         self.window_ess: list[float] = []
         self._draws: list[np.ndarray] = []
@@ -126,6 +132,8 @@ class WindowedCovariance:
         a = np.ix_(self.mask, self.mask)
         block = (self.weight * self.cov[a] + ess * sample) / (self.weight + ess)
         self.cov[a] = 0.5 * (block + block.T)
+        m = self.mask
+        self.mean[m] = (self.weight * self.mean[m] + ess * draws.mean(axis=0)) / (self.weight + ess)
         self.weight += ess
         return self.cov.copy()
 

@@ -564,7 +564,9 @@ class DPStep(ArrayStepShared):
         self._shape_adapt = None
         if mask is not None:  # every chain starts from the warm start's shape
             self._set_shape(self.warm.posterior_cov)
-            self._shape_adapt = WindowedCovariance(self.warm.posterior_cov, plan.tune, mask)
+            self._shape_adapt = WindowedCovariance(
+                self.warm.posterior_cov, plan.tune, mask, initial_mean=self.warm.mean
+            )
         self._reset_chain()
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:

@@ -20,10 +20,26 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp.accounting._validate import check_positive
 from pymc_dp.mechanisms import PenaltyTest
+from pymc_dp.step_methods.anchoring import (
+    ANCHORED_TEST,
+    INDEPENDENT_SHARE,
+    LOCAL_TARGET_ACCEPT,
+    AnchoredStep,
+)
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.proposals import PreconditionedProposal, Proposal, RandomWalkProposal
+from pymc_dp.step_methods.proposals import (
+    IndependentProposal,
+    PreconditionedProposal,
+    Proposal,
+    RandomWalkProposal,
+)
 
-__all__ = ["DPPenalty", "PenaltyMetropolis", "check_adapt_covariance", "check_tempering"]
+__all__ = [
+    "DPPenalty",
+    "PenaltyMetropolis",
+    "check_adapt_covariance",
+    "check_tempering",
+]
 
 
 def check_adapt_covariance(value: bool | None, auto: bool, fixed: str) -> bool:
@@ -94,7 +110,7 @@ class PenaltyMetropolis(DPStep):
     """
 
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
-    target_accept: ClassVar[float] = TARGET_ACCEPT
+    target_accept: float | None = TARGET_ACCEPT
     adapted: ClassVar[tuple[str, str]] = ("proposal scale", "proposal covariance")
     stats: ClassVar[dict[str, Stat]] = {
         **PRIVACY_STATS,
@@ -204,7 +220,7 @@ class PenaltyMetropolis(DPStep):
         return q_next, stats
 
 
-class DPPenalty(PenaltyMetropolis):
+class DPPenalty(AnchoredStep, PenaltyMetropolis):
     r"""Differentially private penalty Metropolis-Hastings.
 
     Parameters
@@ -236,6 +252,21 @@ class DPPenalty(PenaltyMetropolis):
         from the chain's warm-up draws on Stan's window schedule, pooled with the warm start's
         and weighted by each window's ESS (:mod:`~pymc_dp.step_methods.adaptation`).
         Post-processing of released draws: no budget. ``False`` keeps the warm start's.
+    hess_clip : float, optional
+        Zero tuning only. A public bound on the Frobenius norm of one row's log-likelihood
+        Hessian (:attr:`pymc_dp.GLMClip.hess_clip` for a GLM). Turns on the **Taylor anchor**
+        (:mod:`pymc_dp.anchor`): the gradient sum at the private fit's mean is released once,
+        and every iteration's test releases only the rows' second-order remainder, whose
+        sensitivity ``hess_clip |Delta| (|theta - a| + |theta' - a|)`` is far smaller than ``2 b
+        |Delta|`` near the posterior; proposals are then independent draws from the fit (a
+        posterior width per accepted move). Measured on a logistic regression with n = 2e4,
+        d = 3 at epsilon 5: bulk ESS in the hundreds where the guided walk gets 4-12.
+    anchor : float, optional
+        Share of the budget (of its PLD mean) spent on the anchor's release; default
+        :data:`DEFAULT_ANCHOR_SHARE` with ``hess_clip``. Its noise is released once, so it tilts
+        the chain's target: the mean moves by about ``Sigma e`` (predicted by
+        :func:`pymc_dp.anchor.tilt_sds`); a larger share shrinks that shift and leaves less
+        for the tests.
     epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, warm_start, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`.
     row_dim, row_axes, public
@@ -245,7 +276,8 @@ class DPPenalty(PenaltyMetropolis):
     -----
     One Gaussian release per iteration with noise multiplier ``s``: ``mu = 1 / (2 s^2)`` per
     iteration. With ``epsilon`` the multiplier is ``sqrt(K / (2 mu*(epsilon, delta)))`` for
-    ``K = chains * (tune + draws)`` (Raisa 2021, Theorem 6, with :math:`s = \tau \sqrt{n}`).
+    ``K = chains * (tune + draws)`` (Raisa 2021, Theorem 6, with :math:`s = \tau \sqrt{n}`),
+    after the shared releases (the warm start and, with ``hess_clip``, the anchor).
 
     Stats: ``accepted``, ``accept_prob`` (from the noisy ratio), ``noise_std`` (public: ``s c``),
     ``step_scale`` (the adapted proposal factor, 1 with a fixed ``proposal_scale``),
@@ -276,28 +308,120 @@ class DPPenalty(PenaltyMetropolis):
         proposal: Proposal | None = None,
         tempering: float = 1.0,
         adapt_covariance: bool | None = None,
+        hess_clip: float | None = None,
+        anchor: float | None = None,
         **kwargs,
     ) -> None:
+        if proposal == "independent" and hess_clip is None:
+            raise ValueError(
+                "`proposal='independent'` draws from the private fit and needs the Taylor "
+                "anchor: give `hess_clip` too."
+            )
+        if hess_clip is not None and proposal not in (None, "independent"):
+            raise ValueError(
+                f"`hess_clip` (the Taylor anchor) proposes independent draws from the private "
+                f"fit; `proposal={proposal!r}` is not supported with it."
+            )
+        self._init_anchor(
+            hess_clip, anchor, "proposal_scale" * (proposal_scale is not None), kwargs
+        )
         if proposal is None:
             proposal = "gwmh" if proposal_scale is None else "random_walk"
         super().__init__(
             vars,
             llr_clip=llr_clip,
             proposal_scale=proposal_scale,
-            proposal=proposal,
+            proposal="gwmh" if self.anchored else proposal,
             tempering=tempering,
             adapt_covariance=adapt_covariance,
             **kwargs,
         )
+        self._check_anchor_budget()
         self._test = PenaltyTest()
-        self._kernel = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
+        if self.anchored:
+            self.proposal = "independent"
+        else:
+            self._kernel = self.likelihood.ratio_kernel(diagnostics=self.diagnostics)
         self._finish()
+        if self.anchored:
+            self._release_anchor()
+            self._independent = IndependentProposal(
+                self.warm.mean, self.warm.posterior_cov, self._active
+            )
+            self.target_accept = None  # a mixture of two kernels: no one rate to aim at
 
     def mechanisms(self) -> tuple[PenaltyTest]:
-        return (PenaltyTest(),)
+        return (ANCHORED_TEST if self.anchored else PenaltyTest(),)
 
     def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         out = self._kernel(q_new, q, np.asarray(bound))
         clip = float(out[2]) if self.diagnostics else None
         t = self.tempering
         return t * float(out[0]), float(out[1]), 2.0 * t * bound, clip
+
+    # ------------------------------------------------------------------ the Taylor anchor
+    def _shared_entries(self) -> tuple:
+        return super()._shared_entries() + self._anchor_entries()
+
+    def _adaptation(self) -> str:
+        if not self.anchored:
+            return super()._adaptation()
+        text = "local moves' scale by dual averaging on the released accept_prob"
+        if self.adapt_covariance:
+            text += (
+                "; the independence proposal's mean and covariance from the warm-up draws "
+                "(ESS-weighted windows)"
+            )
+        return text
+
+    def _warm_hess_clip(self) -> float | None:
+        return self.hess_clip  # the anchor's bound on the rows' curvature serves the fit too
+
+    def _set_shape(self, cov: np.ndarray) -> None:
+        super()._set_shape(cov)
+        if getattr(self, "_independent", None) is not None:
+            self._independent.set_cov(cov)
+            if self._shape_adapt is not None:  # re-centred on the pooled warm-up draws
+                self._independent.mean = self._shape_adapt.mean.copy()
+
+    def _equalised_scale(self) -> np.ndarray:
+        if self.anchored:  # local moves of one whitened coordinate; the test's noise is small
+            return np.where(self._active, 1.0, 0.0)
+        return super()._equalised_scale()
+
+    def _reset_chain(self) -> None:
+        super()._reset_chain()
+        if self.anchored:
+            self._adapt = DualAverageAdaptation(1.0, LOCAL_TARGET_ACCEPT, 0.05, 0.75, 10)
+            self._independent.mean = self.warm.mean.copy()
+            self._independent.set_cov(self.warm.posterior_cov)
+            self._anchored_ratio.reset()
+
+    def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
+        if not self.anchored:
+            return super()._iterate(q)
+        prior_cur = self._prior_at(q)
+        factor = float(self._adapt.current(self._tuning))
+        local = self.rng.uniform() >= INDEPENDENT_SHARE
+        if local:
+            self._proposal.scale = factor * self._unit_scale
+            q_new, j = self._proposal(self.rng, q)
+            hastings = 0.0
+        else:
+            q_new, j = self._independent(self.rng, q)
+            hastings = self._independent.log_density(q) - self._independent.log_density(q_new)
+        log_ratio, sigma, clip = self._anchored_log_ratio(q, q_new)
+        prior_new = self.likelihood.prior_value(q_new)
+        log_alpha = log_ratio + prior_new - prior_cur + hastings
+        q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
+        if accepted:
+            self._anchored_ratio.accept()
+        prob = float(np.exp(min(0.0, log_alpha))) if np.isfinite(log_alpha) else 0.0
+        if local:
+            self._proposal.update(j, accepted)
+            self._adapt.update(prob, self._tuning)
+        stats = {"accepted": accepted, "accept_prob": prob, "noise_std": sigma}
+        stats["step_scale"] = factor
+        if self.diagnostics:
+            stats["clip_fraction"] = clip
+        return q_next, stats

@@ -1,0 +1,182 @@
+"""The Taylor anchor (``pymc_dp/anchor.py``): its bounds on adversarial rows, its one release
+(accounting pinned to dp-accounting), and the anchored DPPenalty and DPHMC against the exact
+posterior."""
+
+from __future__ import annotations
+
+import warnings
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+
+import pymc_dp as pdp
+from pymc_dp.anchor import ANCHOR_NAME, remainder_bound, tilt_sds
+from pymc_dp.examples import logistic_regression_model
+from pymc_dp.noise import SNAP_GRID
+from pymc_dp.step_methods.anchoring import ANCHORED_WARM_START, DEFAULT_ANCHOR_SHARE
+from tests.stats_helpers import check_moments
+
+COV_BOUND = np.array([1.0, 3.0, 3.0])
+
+
+def _logistic_rows(X, y, th):
+    """Per-row log-likelihood and gradients of the logistic model, in numpy."""
+    eta = X @ th
+    p = 1.0 / (1.0 + np.exp(-eta))
+    return y * eta - np.logaddexp(0.0, eta), (y - p)[:, None] * X
+
+
+def _design(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.ones(n), np.clip(rng.normal(size=(n, 2)), -3, 3)])
+    # adversarial rows: every corner of the covariate box, with both outcomes
+    corners = np.array([[1.0, a, b] for a in (-3.0, 3.0) for b in (-3.0, 3.0)])
+    X = np.vstack([X, corners, corners])
+    y = np.concatenate([rng.binomial(1, 0.4, n), np.zeros(4), np.ones(4)])
+    return X, y
+
+
+def test_remainder_bounds_hold_on_every_row_and_are_small_near_the_anchor():
+    X, y = _design(300, 0)
+    clip = pdp.glm_clip(COV_BOUND)
+    active = np.ones(3, bool)
+    rng = np.random.default_rng(1)
+    ratios, grad_ratios, gains = [], [], []
+    for scale in (0.02, 0.3, 3.0):  # near the anchor up to far from it
+        for _ in range(200):
+            a, q, q_new = rng.normal(0, scale, (3, 3)) + rng.normal(0, 1, 3)
+            la, ga = _logistic_rows(X, y, a)
+            lq, gq = _logistic_rows(X, y, q)
+            ln, _ = _logistic_rows(X, y, q_new)
+            rho = ln - lq - ga @ (q_new - q)
+            bound = remainder_bound(clip.hess_clip, a, q, q_new, active)
+            ratios.append(np.abs(rho).max() / bound)
+            g_bound = clip.hess_clip * np.linalg.norm(q - a)
+            grad_ratios.append(np.linalg.norm(gq - ga, axis=1).max() / g_bound)
+            if scale == 0.02:  # what the anchor buys: a far smaller bound than b |Delta|
+                gains.append(bound / float(np.abs(q_new - q) @ clip.llr_clip))
+    assert max(ratios) <= 1.0 + 1e-9 and max(grad_ratios) <= 1.0 + 1e-9
+    assert max(ratios) > 0.05  # the bound is attained to within its constants, not vacuous
+    assert np.median(gains) < 0.25
+
+
+@pytest.fixture(scope="module")
+def logistic():
+    X, y = _design(400, 2)
+    return X, y, logistic_regression_model(X, y, prior_sd=5.0)
+
+
+def _anchored_penalty(model, **kw):
+    clip = pdp.glm_clip(COV_BOUND)
+    kw.setdefault("epsilon", 3.0)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pdp.DPPenalty(
+            llr_clip=clip.llr_clip,
+            hess_clip=clip.hess_clip,
+            noise_seed=5,
+            compile_kwargs={"mode": "FAST_COMPILE"},
+            **kw,
+        )
+
+
+def test_remainder_kernel_is_the_rows_remainder(logistic):
+    X, y, model = logistic
+    step = _anchored_penalty(model)
+    a = step.anchor.point
+    ratio = step._anchored_ratio
+    rng = np.random.default_rng(3)
+    _, ga = _logistic_rows(X, y, a)
+    for _ in range(5):
+        q, q_new = a + rng.normal(0, 0.2, (2, 3))
+        lq, _ = _logistic_rows(X, y, q)
+        ln, _ = _logistic_rows(X, y, q_new)
+        value, frac = ratio(q_new, q, 1e6)
+        assert value == pytest.approx(np.sum(ln - lq - ga @ (q_new - q)), rel=1e-9, abs=1e-9)
+        assert frac == 0.0
+        # a tiny bound clips every row to it: the sum can only be within n times the bound
+        value, frac = ratio(q_new, q, 1e-6)
+        assert abs(value) <= X.shape[0] * 1e-6 * (1 + 1e-12) and frac > 0.9
+
+
+def test_anchor_release_is_accounted_once_for_the_run(logistic):
+    """Shares of the run's PLD mean, pinned to dp-accounting's analytic Gaussian calibration."""
+    _, _, model = logistic
+    eps, delta = 3.0, 1e-6
+    step = _anchored_penalty(model, epsilon=eps, delta=delta)
+    ledger = step.plan(tune=40, draws=60, chains=3).ledger
+    # one Gaussian mechanism of multiplier sigma* spends exactly (eps, delta): PLD mean 1/(2 s^2)
+    total = 1.0 / (2.0 * dpa.get_sigma_gaussian(eps, delta) ** 2)
+    mu = {e.name: e.count / (2.0 * e.noise_multiplier**2) for e in ledger.shared}
+    assert mu[ANCHOR_NAME] == pytest.approx(DEFAULT_ANCHOR_SHARE * total, rel=1e-6)
+    warm = sum(v for k, v in mu.items() if k != ANCHOR_NAME)
+    assert warm == pytest.approx(ANCHORED_WARM_START * total, rel=1e-6)
+    (test,) = ledger.per_chain
+    assert test.count == 100 and "remainder" in test.name
+    chains = 3 * test.count / (2.0 * test.noise_multiplier**2)
+    assert chains == pytest.approx(
+        (1 - DEFAULT_ANCHOR_SHARE - ANCHORED_WARM_START) * total, rel=1e-6
+    )
+    assert ledger.epsilon == pytest.approx(eps, rel=1e-6) and ledger.epsilon <= eps
+    # the anchor's noise is what the tilt prediction reads: sd = 2 grad_clip x multiplier,
+    # over (1 - excess) for snapping (pymc_dp/noise.py)
+    (entry,) = [e for e in ledger.shared if e.name == ANCHOR_NAME]
+    grad_clip = float(np.linalg.norm(pdp.glm_clip(COV_BOUND).llr_clip))
+    excess = entry.noise_multiplier * np.sqrt(3) / SNAP_GRID
+    assert step.anchor.noise_sd == pytest.approx(
+        2 * grad_clip * entry.noise_multiplier / (1 - excess), rel=1e-12
+    )
+    assert np.all(tilt_sds(step.anchor, step.warm.posterior_cov) > 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(anchor=0.3), "needs `hess_clip`"),
+        (dict(hess_clip=1.0, proposal_scale=0.1), "Leave `proposal_scale` unset"),
+        (dict(hess_clip=1.0, proposal="gwmh"), "not supported"),
+        (dict(proposal="independent"), "give `hess_clip`"),
+        (dict(hess_clip=1.0, anchor=1.0), "share in"),
+        (dict(hess_clip=1.0, anchor=0.5, warm_start=0.5), "their sum must be below 1"),
+        (dict(hess_clip=-1.0), "hess_clip"),
+    ],
+)
+def test_anchor_arguments_are_checked_before_any_release(gaussian_model, kwargs, match):
+    with gaussian_model, pytest.raises((ValueError, TypeError), match=match):
+        pdp.DPPenalty(epsilon=1.0, llr_clip=5.0, **kwargs)
+    with gaussian_model, pytest.raises(ValueError, match="Leave `step_size` unset"):
+        pdp.DPHMC(epsilon=1.0, llr_clip=5.0, grad_clip=5.0, step_size=0.1, hess_clip=1.0)
+
+
+def _gaussian_hess_clip(banana) -> float:
+    # every row's log-likelihood Hessian is -diag(1 / likelihood_var): its Frobenius norm
+    return float(np.sqrt(np.sum(banana.likelihood_var**-2.0)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["penalty", "hmc"])
+def test_anchored_chains_recover_the_exact_posterior(gaussian_banana, gaussian_model, sampler):
+    """At a large budget the anchor's tilt is negligible (below 0.01 posterior sds) and the
+    penalty keeps the chain exact: moments within 4 Monte Carlo standard errors."""
+    mean, var = gaussian_banana.posterior_params()
+    kw = dict(
+        epsilon=2000.0,
+        delta=1e-6,
+        llr_clip=5.0,
+        hess_clip=_gaussian_hess_clip(gaussian_banana),
+        noise_seed=7,
+    )
+    with gaussian_model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if sampler == "penalty":
+            step = pdp.DPPenalty(**kw)
+        else:
+            step = pdp.DPHMC(grad_clip=5.0, **kw)
+        assert np.all(tilt_sds(step.anchor, np.diag(var)) < 0.01)
+        idata = pdp.sample(
+            draws=1500, tune=500, chains=4, cores=1, step=step, random_seed=4, progressbar=False
+        )
+    assert pdp.privacy_report(idata).epsilon == pytest.approx(2000.0, rel=1e-6)
+    check_moments(idata.posterior["theta"].values, mean, np.sqrt(var))
+    assert idata.sample_stats["accepted"].values.mean() > 0.3
