@@ -85,12 +85,16 @@ def remainder_bound(
 
 
 def _clipped_rows(rows: np.ndarray, bound: float) -> np.ndarray:
-    """Per-row gradients scaled into the L2 ball of radius ``bound``; a non-finite row is 0."""
-    rows = np.where(np.isfinite(rows).all(axis=1, keepdims=True), rows, 0.0)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    """Per-row gradients scaled into the L2 ball of radius ``bound``; a non-finite row is 0.
+    Silent for every input: an overflow warning would tell that some row is huge (review)."""
+    with np.errstate(all="ignore"):
+        rows = np.where(np.isfinite(rows).all(axis=1, keepdims=True), rows, 0.0)
+        # scaled by the row's largest entry first: the norm of a finite row never overflows
+        peak = np.abs(rows).max(axis=1, keepdims=True)
+        safe = np.where(peak > 0, peak, 1.0)
+        norms = safe * np.linalg.norm(rows / safe, axis=1, keepdims=True)
         scale = np.where(norms > bound, bound / norms, 1.0)
-    return rows * scale
+        return rows * scale
 
 
 def release_anchor(
@@ -163,12 +167,18 @@ class AnchoredRatio:
         self._q = self._lp = None
 
 
-def tilt_sds(anchor: Anchor, cov: np.ndarray, tempering: float = 1.0) -> np.ndarray:
+def tilt_sds(
+    anchor: Anchor, cov: np.ndarray, tempering: float = 1.0, active: np.ndarray | None = None
+) -> np.ndarray:
     """Expected ``|shift|`` of each coordinate's mean in posterior sds from the anchor's noise:
     the chain targets the posterior tilted by ``T e^T theta``, whose mean moves by ``T cov e``
-    (``cov`` a public posterior covariance, e.g. the warm start's); ``E|N(0, v)| = sqrt(2 v /
-    pi)``."""
+    (``cov`` a public posterior covariance, e.g. the warm start's; ``e`` only on the coordinates
+    ``active`` the likelihood reads: the step zeroes the others' entries after the release);
+    ``E|N(0, v)| = sqrt(2 v / pi)``."""
     cov = np.asarray(cov, float)
-    shift_var = (tempering * anchor.noise_sd) ** 2 * np.einsum("ij,ij->i", cov, cov)
+    kept = np.ones(cov.shape[0], bool) if active is None else np.asarray(active, bool)
+    shift_var = (tempering * anchor.noise_sd) ** 2 * np.einsum(
+        "ij,ij->i", cov[:, kept], cov[:, kept]
+    )
     sds = np.sqrt(np.maximum(np.diag(cov), 1e-300))
     return np.sqrt(2.0 * shift_var / np.pi) / sds

@@ -180,3 +180,34 @@ def test_anchored_chains_recover_the_exact_posterior(gaussian_banana, gaussian_m
     assert pdp.privacy_report(idata).epsilon == pytest.approx(2000.0, rel=1e-6)
     check_moments(idata.posterior["theta"].values, mean, np.sqrt(var))
     assert idata.sample_stats["accepted"].values.mean() > 0.3
+
+
+def test_report_states_the_anchor_apart_from_the_warm_start(logistic):
+    _, _, model = logistic
+    step = _anchored_penalty(model, epsilon=3.0, delta=1e-6)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pdp.sample(step=step, draws=20, tune=20, chains=2, cores=1, progressbar=False)
+    report = pdp.privacy_report(idata)
+    total = 1.0 / (2.0 * dpa.get_sigma_gaussian(3.0, 1e-6) ** 2)
+    # each line is its own share of the run's PLD mean, composed alone
+    for got, share in (
+        (report.warm_start_epsilon, ANCHORED_WARM_START),
+        (report.anchor_epsilon, DEFAULT_ANCHOR_SHARE),
+    ):
+        sigma = np.sqrt(1.0 / (2.0 * share * total))
+        assert got == pytest.approx(dpa.get_epsilon_gaussian(sigma, 1e-6), rel=1e-6)
+    expected = tilt_sds(step.anchor, step.warm.posterior_cov)
+    np.testing.assert_allclose(list(report.anchor_tilt.values()), expected, rtol=1e-12)
+    assert "anchor:" in str(report) and "not in the intervals" in str(report)
+
+
+def test_anchor_rows_are_clipped_silently():
+    """A warning there would tell that some row's gradient is huge (review)."""
+    from pymc_dp.anchor import _clipped_rows
+
+    rows = np.array([[1e200, 0.0], [1.0, 1.0], [np.nan, 1.0], [3e-320, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _clipped_rows(rows, 5.0)
+    np.testing.assert_allclose(out, [[5.0, 0.0], [1.0, 1.0], [0.0, 0.0], [3e-320, 0.0]])

@@ -242,6 +242,8 @@ def test_noise_is_secret_unless_seeded(regression, name):
         "suffstats",
         "penalty_zero_tuning",
         "hmc_zero_tuning",
+        "penalty_anchored",
+        "hmc_anchored",
     )
 
     def runs(noise_seed=None):

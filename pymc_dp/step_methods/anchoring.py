@@ -85,13 +85,22 @@ class AnchoredStep:
     def _init_anchor(self, hess_clip, anchor, tuned: str, kwargs: dict) -> None:
         self.hess_clip = None if hess_clip is None else check_positive(hess_clip, "hess_clip")
         self.anchor_share = check_anchor_share(self.hess_clip, anchor, tuned)
-        if self.anchored and kwargs.get("warm_start") is None:
+        if not self.anchored:
+            return
+        if kwargs.get("warm_start") is None:
             kwargs["warm_start"] = ANCHORED_WARM_START
+        warm = kwargs["warm_start"]
+        # before the model analysis reads any data
+        if isinstance(warm, int | float) and warm + self.anchor_share >= 1.0:
+            raise ValueError(
+                f"`warm_start` ({warm}) and `anchor` ({self.anchor_share}) leave nothing of the "
+                "budget for the chains: their sum must be below 1."
+            )
 
     def _check_anchor_budget(self) -> None:
         if not self.anchored:
             return
-        if self.warm_start_share + self.anchor_share >= 1.0:
+        if self.warm_start_share + self.anchor_share >= 1.0:  # a warm_start of another type
             raise ValueError(
                 f"`warm_start` ({self.warm_start_share}) and `anchor` ({self.anchor_share}) "
                 "leave nothing of the budget for the chains: their sum must be below 1."
@@ -101,6 +110,17 @@ class AnchoredStep:
                 "`hess_clip` (the Taylor anchor) keeps per-row gradients next to the driver: "
                 "rows in a Dask cluster are not supported with it; drop `hess_clip`."
             )
+
+    def anchor_attr(self, labels: list[str]) -> str:
+        """JSON of the anchor's predicted tilt per coordinate, in posterior sds (public)."""
+        import json
+
+        from pymc_dp.anchor import tilt_sds
+
+        tilt = tilt_sds(self.anchor, self.warm.posterior_cov, self.tempering, self._active)
+        return json.dumps(
+            {k: float(v) for k, v, a in zip(labels, tilt, self._active, strict=True) if a}
+        )
 
     def _anchor_mu(self) -> float:
         return self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)

@@ -260,7 +260,13 @@ class DPPenalty(AnchoredStep, PenaltyMetropolis):
         sensitivity ``hess_clip |Delta| (|theta - a| + |theta' - a|)`` is far smaller than ``2 b
         |Delta|`` near the posterior; proposals are then independent draws from the fit (a
         posterior width per accepted move). Measured on a logistic regression with n = 2e4,
-        d = 3 at epsilon 5: bulk ESS in the hundreds where the guided walk gets 4-12.
+        d = 3 at epsilon 5: bulk ESS in the hundreds where the guided walk gets 4-12. The bound
+        must hold for every row between the anchor and any two points, in the sampler's
+        (unconstrained) coordinates, and ``llr_clip``'s norm must bound every row's gradient at
+        the anchor: for a logistic GLM :func:`pymc_dp.glm_clip`'s bounds hold everywhere; for a
+        Poisson GLM only where ``|eta| <= eta_bound``; a model with a free noise scale has no
+        such bound. Where it fails, rows' remainders are clipped: the chain is then biased (a
+        bound 20x too small sent chains astray; the R-hat warning fired).
     anchor : float, optional
         Share of the budget (of its PLD mean) spent on the anchor's release; default
         :data:`DEFAULT_ANCHOR_SHARE` with ``hess_clip``. Its noise is released once, so it tilts
