@@ -56,10 +56,19 @@ STEPS = {
     ),
     "penalty_zero_tuning": lambda **kw: pdp.DPPenalty(llr_clip=3.0, **kw),
     "hmc_zero_tuning": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_steps=3, **kw),
-    # hess_clip bounds the rows' curvature only where the residuals stay small: a clip here
-    "penalty_anchored": lambda **kw: pdp.DPPenalty(llr_clip=3.0, hess_clip=10.0, **kw),
+    # hess_clip bounds the rows' curvature only where the residuals stay small: a clip here.
+    # FAST_COMPILE: the warm start's per-row Hessian kernels take long to compile with Numba,
+    # and the contract does not depend on the backend
+    "penalty_anchored": lambda **kw: pdp.DPPenalty(
+        llr_clip=3.0, hess_clip=10.0, compile_kwargs={"mode": "FAST_COMPILE"}, **kw
+    ),
     "hmc_anchored": lambda **kw: pdp.DPHMC(
-        llr_clip=3.0, grad_clip=3.0, n_steps=3, hess_clip=10.0, **kw
+        llr_clip=3.0,
+        grad_clip=3.0,
+        n_steps=3,
+        hess_clip=10.0,
+        compile_kwargs={"mode": "FAST_COMPILE"},
+        **kw,
     ),
 }
 #: Budgets: DP Barker has no noise knob, so its budget must cover what it spends.
