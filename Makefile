@@ -23,7 +23,7 @@ demo: venv
 
 test: venv
 	$(PY) -m ruff check pymc_dp tests benchmarks
-	PYMC_DP_NOTEBOOK_FAST=1 $(PY) -m pytest -n 2 --dist loadgroup -q --nbmake tests notebooks
+	PYMC_DP_NOTEBOOK_FAST=1 $(PY) -m pytest -n 2 --dist loadgroup -q --durations=25 --nbmake tests notebooks
 
 bench: venv
 	$(PY) -m benchmarks

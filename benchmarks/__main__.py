@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     mmd_rows = banana_mmd_rows(runs=runs)
     print(format_table(["sampler", "MMD", "thesis", "acceptance", "thesis", "runs"], mmd_rows))
     print("\n== DP chains that mix (issue 24): zero tuning against NUTS ==")
-    mixing.main(["--runs", "1", "--draws", "200"] if args.quick else ["--runs", "5"])
+    mixing.main(["--runs", "1", "--draws", "200", "--real"] if args.quick else ["--runs", "5"])
     print("\n== ABCDP ==")
     bench_abcdp.main(args.quick)
     print("\n== Noisy sufficient statistics: Gibbs iterations per second ==")

@@ -8,7 +8,12 @@ anchor, :mod:`pymc_dp.anchor`). Unseeded noise, ``runs`` runs per row. Columns: 
 largest over runs of the largest ``|mean - NUTS mean| / NUTS sd``; smallest and largest sd ratio
 to NUTS; largest R-hat; smallest bulk ESS; acceptance; runs meeting every target of the issue
 (every mean within 0.5 NUTS sd, sds within [0.67, 1.5]x, R-hat <= 1.1, bulk ESS >= 400); seconds
-per run (step construction included).
+per run (step construction included); the median bulk ESS beside the planner's prediction
+(``pdp.plan(..., hess_clip=...)``, public facts only; issue 24 asks within 2x).
+
+Then the anchored DPPenalty on data sets of :mod:`benchmarks.realdata` (``--real name:epsilon``;
+default ``synthetic_1e5`` at 8, where the planner predicts it mixes, and ``fair`` at 4, where it
+predicts it does not).
 
 ``python -m benchmarks.mixing [--runs 5] [--samplers ...]``
 """
@@ -25,10 +30,11 @@ import numpy as np
 import pymc as pm
 
 import pymc_dp as pdp
+from benchmarks import realdata
 from benchmarks.models import COVARIATE_BOUND, logistic_problem
 from benchmarks.timing import format_table
 
-__all__ = ["HEADER", "SAMPLERS", "main", "mixing_rows"]
+__all__ = ["HEADER", "SAMPLERS", "main", "mixing_rows", "real_rows"]
 
 N, D, EPSILON = 20_000, 3, 5.0
 CLIP = pdp.glm_clip([1.0] + [COVARIATE_BOUND] * (D - 1))
@@ -52,6 +58,8 @@ HEADER = [
     "sd ratio",
     "R-hat max",
     "ESS min",
+    "ESS med",
+    "ESS pred",
     "accept",
     "runs ok",
     "s/run",
@@ -73,18 +81,63 @@ def _reference(model: pm.Model) -> tuple[np.ndarray, np.ndarray]:
     return draws.mean(0), draws.std(0)
 
 
+def _predicted_ess(model: pm.Model, name: str, draws: int, epsilon: float, clip) -> float:
+    """The planner's ESS for the sampler (public facts only; the anchored DPHMC is predicted as
+    the anchored DPPenalty, the unanchored DPHMC as DPPenalty)."""
+    plan = pdp.plan(
+        model,
+        epsilon=epsilon,
+        draws=draws,
+        tune=draws,
+        llr_clip=clip.llr_clip,
+        hess_clip=clip.hess_clip,
+    )
+    return plan.anchored["ess"] if "hess_clip" in name else plan.penalty_ess
+
+
 def mixing_rows(samplers=tuple(SAMPLERS), runs: int = 5, draws: int = 1000) -> list[list]:
     model = logistic_problem(N, D, seed=0).model
     ref_mean, ref_sd = _reference(model)
+    return _rows(model, ref_mean, ref_sd, SAMPLERS, samplers, runs, draws, EPSILON, CLIP, "cell")
+
+
+def real_rows(name: str, epsilon: float, runs: int = 3, draws: int = 1000) -> list[list]:
+    """The anchored DPPenalty on a data set of :mod:`benchmarks.realdata` (NUTS reference from
+    its cache), to check the planner's prediction on data nobody here generated."""
+    data = realdata.load(name)
+    model, clip = realdata.model(data), pdp.glm_clip(data.abs_bounds)
+    ref = realdata.nuts_reference(name)
+    factory = {
+        "DPPenalty(hess_clip)": lambda: pdp.DPPenalty(
+            epsilon=epsilon, llr_clip=clip.llr_clip, hess_clip=clip.hess_clip
+        )
+    }
+    return _rows(
+        model,
+        np.asarray(ref["mean"]),
+        np.asarray(ref["sd"]),
+        factory,
+        tuple(factory),
+        runs,
+        draws,
+        epsilon,
+        clip,
+        f"{name} eps {epsilon:g}",
+    )
+
+
+def _rows(model, ref_mean, ref_sd, factories, samplers, runs, draws, epsilon, clip, label):
+    d = ref_mean.size
     rows = []
     for name in samplers:
+        predicted = _predicted_ess(model, name, draws, epsilon, clip)
         errs, ratios, rhats, ess, acc, ok, secs = [], [], [], [], [], 0, []
         for _ in range(runs):
             t0 = time.perf_counter()
             with model, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 idata = pdp.sample(
-                    step=SAMPLERS[name](),
+                    step=factories[name](),
                     draws=draws,
                     tune=draws,
                     chains=4,
@@ -93,7 +146,7 @@ def mixing_rows(samplers=tuple(SAMPLERS), runs: int = 5, draws: int = 1000) -> l
                 )
             secs.append(time.perf_counter() - t0)
             post = idata.posterior["beta"].values
-            flat = post.reshape(-1, D)
+            flat = post.reshape(-1, d)
             z = np.abs(flat.mean(0) - ref_mean) / ref_sd
             r = flat.std(0) / ref_sd
             rh = float(az.rhat(idata, var_names=["beta"])["beta"].values.max())
@@ -108,12 +161,14 @@ def mixing_rows(samplers=tuple(SAMPLERS), runs: int = 5, draws: int = 1000) -> l
             )
         rows.append(
             [
-                name,
+                f"{name} [{label}]",
                 f"{np.median(errs):.2f}",
                 f"{max(errs):.2f}",
                 f"{min(ratios):.2f}-{max(ratios):.2f}",
                 f"{max(rhats):.3f}",
                 f"{min(ess):.0f}",
+                f"{np.median(ess):.0f}",
+                f"{predicted:.3g}",
                 f"{np.mean(acc):.2f}",
                 f"{ok}/{runs}",
                 f"{np.median(secs):.0f}",
@@ -128,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--draws", type=int, default=1000, help="draws = tune per chain")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument(
+        "--real",
+        nargs="*",
+        default=["synthetic_1e5:8", "fair:4"],
+        help="name:epsilon cells of benchmarks.realdata for the anchored DPPenalty",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
     print(
@@ -135,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         f"4 x ({args.draws} + {args.draws}), {args.runs} unseeded runs per row =="
     )
     rows = mixing_rows(args.samplers, args.runs, args.draws)
+    for cell in args.real:
+        name, eps = cell.split(":")
+        rows += real_rows(name, float(eps), max(1, min(args.runs, 3)), args.draws)
     print(format_table(HEADER, rows))
 
 

@@ -89,6 +89,10 @@ _SIGMA = 2.4
 _ACCEPT = 0.25
 #: Effective samples (all chains) from which a chain mixes well enough for R-hat <= 1.1.
 ESS_FOR_MCMC = 400.0
+#: Points of the fixed quadrature over the posterior that predicts an anchored chain.
+ANCHORED_QUADRATURE = 400
+#: Anchor offsets (runs) it averages over.
+ANCHORED_OFFSETS = 9
 #: Tuning iterations the dual averaging of the zero-tuning steps needs to settle.
 MIN_TUNE = 200
 
@@ -123,6 +127,20 @@ class Plan:
     #: of the released Gram matrix (encoded units), ``largest_error`` (median of the largest
     #: over coefficients and the noise sd, in posterior sds).
     suffstats: dict | None = None
+    #: An anchored DPPenalty (``hess_clip`` given; else NaN): predicted ``ess`` (all chains),
+    #: ``acceptance``, ``tilt`` (largest sd of a mean's shift by the anchor's noise, posterior
+    #: sds), ``largest_error`` (median of the largest error of a mean, tilt and Monte Carlo
+    #: error), and whether it is ``usable`` (see the module docstring).
+    anchored: dict | None = None
+
+    def _anchored_line(self) -> str:
+        an = self.anchored
+        return (
+            f"  DPPenalty(hess_clip) (Taylor anchor): acceptance ~{an['acceptance']:.2f}, ESS "
+            f"~{an['ess']:.3g} (all chains), anchor tilt sd ~{an['tilt']:.2f} posterior sds; "
+            f"largest error ~{an['largest_error']:.2f}"
+            + ("" if an["usable"] else "  -- will not give a usable chain")
+        )
 
     def _suffstats_line(self) -> str:
         st = self.suffstats
@@ -160,6 +178,7 @@ class Plan:
             f"  DPPenalty (zero tuning): noise multiplier {self.penalty_noise_multiplier:.3g}, "
             f"step ~{self.penalty_step_sd:.3g} posterior sds at acceptance "
             f"~{self.penalty_acceptance:.2f}, ESS ~{self.penalty_ess:.3g} (all chains)",
+            *([self._anchored_line()] if self.anchored else []),
             *([self._suffstats_line()] if self.suffstats else []),
             f"  recommended: {self.recommended}"
             + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
@@ -207,6 +226,7 @@ def plan(
     public: Iterable[str] = (),
     outcome_bounds: tuple[float, float] | None = None,
     residual_sd: float | None = None,
+    hess_clip: float | None = None,
 ) -> Plan:
     """Predict what a DP run of ``model`` can deliver, from public information only.
 
@@ -235,6 +255,9 @@ def plan(
         For a linear-Gaussian likelihood (:class:`~pymc_dp.DPSuffStats`): the outcome's public
         range, and a public guess of the residual sd in outcome units (default a quarter of the
         half-range).
+    hess_clip : float, optional
+        The curvature bound an anchored step would use (``DPPenalty(hess_clip=...)``, the Taylor
+        anchor); the plan then predicts that chain too and may recommend it.
 
     Returns
     -------
@@ -256,7 +279,7 @@ def plan(
     suffstats = _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd)
     if suffstats is not None and llr_clip is None and grad_clip is None:
         return _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats)
-    per, _ = _bounds(dim, llr_clip, grad_clip)
+    per, l2 = _bounds(dim, llr_clip, grad_clip)
     info = (
         DEFAULT_INFO_FRACTION * per**2
         if info_per_row is None
@@ -301,8 +324,8 @@ def plan(
     elif laplace_ok:
         recommended = "DPLaplace"
         advice.append(
-            f"a chain would diffuse only ~{ess:.2g} effective samples at this budget (R-hat "
-            "would not converge): sample the noise-aware Laplace fit (pdp.DPLaplace) instead"
+            f"an unanchored chain would diffuse only ~{ess:.2g} effective samples at this budget "
+            "(R-hat would not converge): sample the noise-aware Laplace fit (pdp.DPLaplace) instead"
         )
     else:
         recommended = "DPLaplace"
@@ -318,6 +341,46 @@ def plan(
             "statistics once; tighter public clip bounds (per-coordinate bounds of bounded "
             "covariates: pdp.glm_clip) also reduce the noise"
         )
+    anchored = None
+    if hess_clip is not None:
+        anchored = _anchored_prediction(
+            n=n,
+            mu=mu,
+            posterior_sd=posterior_sd,
+            warm_error=lap_err,
+            hess_clip=check_positive(hess_clip, "hess_clip"),
+            grad_clip=l2,
+            chains=chains,
+            tune=tune,
+            draws=draws,
+            e_max=e_max,
+        )
+        if anchored["usable"]:
+            shaped = _non_gaussian_shape(model)
+            if shaped or anchored["largest_error"] <= lap_largest or not laplace_ok:
+                recommended = "DPPenalty(hess_clip)"
+                why = (
+                    f"the posterior may not be Gaussian ({shaped}), which the fit assumes"
+                    if shaped
+                    else "it is predicted closer to the posterior than the fit"
+                )
+                advice = [
+                    f"an anchored chain (DPPenalty or DPHMC with hess_clip) is predicted to mix "
+                    f"(ESS ~{anchored['ess']:.3g}) and stay within ~{anchored['largest_error']:.2f}"
+                    f" posterior sds: sample it, since {why}"
+                ]
+            else:
+                advice.append(
+                    f"an anchored chain (hess_clip) would mix too (ESS ~{anchored['ess']:.3g}, "
+                    f"largest error ~{anchored['largest_error']:.2f} posterior sds, above the "
+                    "fit's): sample it where the posterior's shape matters (non-Gaussian)"
+                )
+        else:
+            advice.append(
+                f"an anchored chain (hess_clip) would give only ~{anchored['ess']:.3g} effective "
+                f"samples at this budget (largest error ~{anchored['largest_error']:.2f} "
+                "posterior sds): its test noise grows with d^2 / (n epsilon)"
+            )
     suffstats_ok = (
         suffstats is not None and max(suffstats["coef_error"], suffstats["sd_error"]) <= e_max
     )
@@ -332,7 +395,7 @@ def plan(
             "releases its sufficient statistics once (no clipping bias; the noise sd keeps its "
             "true shape); give it outcome_bounds (the outcome's public range)",
         )
-    if not mcmc_ok and ess > 0:
+    if not mcmc_ok and ess > 0 and recommended != "DPPenalty(hess_clip)":
         advice.append(
             f"MCMC (DPPenalty) predicted ESS {ess:.3g}: it grows with n and epsilon^2, not with "
             "draws; one-coordinate (gwmh) proposals and per-coordinate clip bounds help most"
@@ -355,11 +418,100 @@ def plan(
         penalty_acceptance=_ACCEPT,
         penalty_ess=ess,
         recommended=recommended,
-        feasible=mcmc_ok or laplace_ok or suffstats_ok,
+        feasible=mcmc_ok or laplace_ok or suffstats_ok or bool(anchored and anchored["usable"]),
         advice=advice,
         split=split,
         suffstats=suffstats,
+        anchored=anchored,
     )
+
+
+def _anchored_prediction(
+    *,
+    n: int,
+    mu: float,
+    posterior_sd: np.ndarray,
+    warm_error: float,
+    hess_clip: float,
+    grad_clip: float,
+    chains: int,
+    tune: int,
+    draws: int,
+    e_max: float,
+) -> dict:
+    """Acceptance, ESS, tilt and largest error of an anchored DPPenalty at its default shares
+    (module docstring). Public inputs only; the integral over the posterior is a fixed
+    quadrature (seeded normals), not noise."""
+    from pymc_dp.step_methods.anchoring import (
+        ANCHORED_WARM_START,
+        DEFAULT_ANCHOR_SHARE,
+        INDEPENDENT_SHARE,
+    )
+
+    chain_share = 1.0 - ANCHORED_WARM_START - DEFAULT_ANCHOR_SHARE
+    s = math.sqrt(chains * (tune + draws) / (2.0 * chain_share * mu))
+    # the warm start at its share misplaces the anchor by warm_error / sqrt(share) sds per
+    # coordinate (its error scales as 1 / mu)
+    offset_sd = warm_error / math.sqrt(ANCHORED_WARM_START)
+    accept, ess = anchored_mixing(s, hess_clip, posterior_sd, offset_sd, cap=draws)
+    ess *= chains * draws * INDEPENDENT_SHARE
+    noise_sd = 2.0 * grad_clip / math.sqrt(2.0 * DEFAULT_ANCHOR_SHARE * mu)
+    tilt = float(np.max(posterior_sd) * noise_sd)
+    # a mean's error sd: the tilt (one draw of the anchor's noise) and the Monte Carlo error
+    per = math.sqrt(tilt**2 + 1.0 / max(ess, 1e-12))
+    usable = ess >= ESS_FOR_MCMC and per <= e_max
+    largest = per * _median_largest(posterior_sd.size)
+    return dict(ess=ess, acceptance=accept, tilt=tilt, largest_error=largest, usable=bool(usable))
+
+
+def anchored_mixing(
+    s: float,
+    hess_clip: float,
+    posterior_sd: np.ndarray,
+    offset_sd: float | np.ndarray,
+    cap: float,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """``(acceptance, ESS per independence proposal)`` of an anchored chain on a Gaussian
+    posterior with sds ``posterior_sd`` (``s``: the noise multiplier of its test; ``offset_sd``:
+    the anchor's distance from the posterior mean, in posterior sds per coordinate): a fixed
+    quadrature (seeded normals, public) over
+    :data:`ANCHORED_OFFSETS` anchor offsets and :data:`ANCHORED_QUADRATURE` states and
+    proposals (independent draws from the posterior).
+
+    The test noise of a move is ``sigma = 2 s hess_clip |q' - q| (|q - a| + |q' - a|) / 2`` and
+    the penalty test accepts with ``E min(1, exp(xi - sigma^2 / 2)) = 2 Phi(-sigma / 2)``. A
+    state ``q`` is left at rate ``p(q)`` (the mean over proposals), to a draw of the posterior,
+    so a coordinate ``f`` has integrated autocorrelation time
+    ``E[f^2 (2 - p) / p] / E[f^2]``: states far from the anchor are stickier, and they are
+    where ``f^2`` is large. A stay is capped at ``cap`` (a chain's draws: a run does not see
+    states it would never leave, it rarely enters them). The ESS is the smallest over
+    coordinates (bulk ESS min), the median over offsets (a typical run)."""
+    rng = np.random.default_rng(seed)
+    dim, m = posterior_sd.size, ANCHORED_QUADRATURE
+    offsets = rng.standard_normal((ANCHORED_OFFSETS, dim)) * offset_sd * posterior_sd
+    zq, zp = rng.standard_normal((2, m, dim))
+    q, proposal = zq * posterior_sd, zp * posterior_sd
+    move = np.linalg.norm(q[:, None, :] - proposal[None, :, :], axis=2)
+    accepts, per = [], []
+    for a in offsets:
+        far = 0.5 * (
+            np.linalg.norm(q - a, axis=1)[:, None] + np.linalg.norm(proposal - a, axis=1)[None]
+        )
+        p = np.mean(2.0 * ndtr(-s * hess_clip * move * far), axis=1)
+        accepts.append(p.mean())
+        with np.errstate(divide="ignore"):
+            stay = np.minimum((2.0 - p) / p, cap)
+        tau = np.mean(zq**2 * stay[:, None], axis=0) / np.mean(zq**2, axis=0)
+        per.append(1.0 / np.max(tau))
+    return float(np.mean(accepts)), float(np.median(per))
+
+
+def _non_gaussian_shape(model: Model) -> str:
+    """Public structure that makes a posterior non-Gaussian in the fit's coordinates: the
+    names of free variables with a transform (scales, bounded parameters), or ''."""
+    shaped = [rv.name for rv in model.free_RVs if model.rvs_to_transforms.get(rv) is not None]
+    return ("bounded or scale parameters: " + ", ".join(shaped)) if shaped else ""
 
 
 def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> Plan:

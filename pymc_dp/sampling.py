@@ -308,7 +308,7 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
     if step.epsilon is None or (clip is None and grad is None):
         return ""
     if getattr(step, "anchored", False):
-        return ""  # the planner predicts unanchored chains only (their ESS bound is not this one)
+        return _anchored_advice(step, run)
     try:
         predicted = planner(
             model,
@@ -346,6 +346,25 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
                 f"would not mix at this budget); it recommends DPLaplace: {advice}"
             ]
         )
+    return advice
+
+
+def _anchored_advice(step: DPStep, run) -> str:
+    """An anchored chain's prediction from its released warm start; warn if it will not mix."""
+    from pymc_dp.planner import ESS_FOR_MCMC
+
+    try:
+        mix = step.predicted_mixing(run.chains, run.tune, run.draws)
+    except Exception:  # noqa: BLE001 - advice only: never block a run
+        return ""
+    if mix["ess"] >= ESS_FOR_MCMC:
+        return ""
+    advice = (
+        f"its released warm start predicts acceptance ~{mix['acceptance']:.2g} and ESS "
+        f"~{mix['ess']:.2g} (all chains): the anchored test's noise grows like d^2 / (n epsilon); "
+        "sample the private fit (pdp.DPLaplace) instead, or give a larger epsilon"
+    )
+    dp_warn([f"{type(step).__name__}(hess_clip) will not give a usable chain here: {advice}"])
     return advice
 
 

@@ -127,7 +127,7 @@ def test_anchor_release_is_accounted_once_for_the_run(logistic):
     assert step.anchor.noise_sd == pytest.approx(
         2 * grad_clip * entry.noise_multiplier / (1 - excess), rel=1e-12
     )
-    assert np.all(tilt_sds(step.anchor, step.warm.posterior_cov) > 0)
+    assert np.all(tilt_sds(step.anchor, step.warm.cov) > 0)
 
 
 @pytest.mark.parametrize(
@@ -197,7 +197,7 @@ def test_report_states_the_anchor_apart_from_the_warm_start(logistic):
     ):
         sigma = np.sqrt(1.0 / (2.0 * share * total))
         assert got == pytest.approx(dpa.get_epsilon_gaussian(sigma, 1e-6), rel=1e-6)
-    expected = tilt_sds(step.anchor, step.warm.posterior_cov)
+    expected = tilt_sds(step.anchor, step.warm.cov)
     np.testing.assert_allclose(list(report.anchor_tilt.values()), expected, rtol=1e-12)
     assert "anchor:" in str(report) and "not in the intervals" in str(report)
 
@@ -211,3 +211,64 @@ def test_anchor_rows_are_clipped_silently():
         warnings.simplefilter("error")
         out = _clipped_rows(rows, 5.0)
     np.testing.assert_allclose(out, [[5.0, 0.0], [1.0, 1.0], [0.0, 0.0], [3e-320, 0.0]])
+
+
+def test_planner_mixing_of_an_anchored_chain_is_its_integral():
+    """The planner's acceptance and ESS of an anchored chain in one dimension (anchor at the
+    mean), against the integrals they estimate computed by adaptive quadrature: the acceptance
+    ``E_z E_z' 2 Phi(-k |z' - z| (|z| + |z'|) / 2)`` and the ESS per proposal ``1 / E[z^2 (2 -
+    p(z)) / p(z)]`` (stays capped at the run's length); within 4 sds of the planner's fixed quadrature over 30 seeds."""
+    from scipy import integrate
+    from scipy.special import ndtr
+    from scipy.stats import norm
+
+    from pymc_dp.planner import anchored_mixing
+
+    s, C, sd = 10.0, 2.0, np.array([0.1])
+    k = s * C * sd[0] ** 2  # sigma / 2 in whitened units
+
+    def p_of(z):
+        f = lambda w: norm.pdf(w) * 2 * ndtr(-k * abs(w - z) * (abs(z) + abs(w)) / 2)  # noqa: E731
+        return integrate.quad(f, -9, 9, points=[0.0, z], limit=200)[0]
+
+    zs = np.linspace(-7, 7, 561)
+    ps = np.array([p_of(z) for z in zs])
+    accept = integrate.simpson(norm.pdf(zs) * ps, x=zs)
+    # far states are never left (E[1 / p] diverges): a run sees stays up to its length
+    stay = np.minimum((2 - ps) / ps, 1000.0)
+    tau = integrate.simpson(norm.pdf(zs) * zs**2 * stay, x=zs)
+    runs = np.array([anchored_mixing(s, C, sd, 0.0, cap=1000.0, seed=i) for i in range(30)])
+    got_accept, got_ess = anchored_mixing(s, C, sd, 0.0, cap=1000.0)
+    assert 0.2 < accept < 0.9 and 0.05 < 1 / tau < 0.8  # neither trivially 0 nor 1
+    assert abs(got_accept - accept) <= 4 * runs[:, 0].std()
+    assert abs(got_ess - 1 / tau) <= 4 * runs[:, 1].std()
+    # an anchor off the mean lowers it; a binding cap raises it
+    assert anchored_mixing(s, C, sd, 2.0, cap=1000.0)[1] < got_ess
+    assert anchored_mixing(s, C, sd, 0.0, cap=1.5)[1] > got_ess
+
+
+def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
+    """The issue's cell (n = 2e4, d = 3, epsilon 5; standard-normal covariates at p ~ 1/2 carry
+    a public per-row information ~0.25) mixes; a quarter of the rows mixes less, 404 rows not at
+    all, and ``pdp.sample`` warns before that run with the step's own prediction."""
+    from pymc_dp.examples import logistic_regression_model
+
+    clip = pdp.glm_clip(COV_BOUND)
+    X, y = _design(20_000, 7)
+    big = logistic_regression_model(X, y, prior_sd=5.0)
+    kw = dict(llr_clip=clip.llr_clip, hess_clip=clip.hess_clip, info_per_row=0.25)
+    cell = pdp.plan(big, epsilon=5.0, **kw)
+    assert cell.anchored["usable"] and cell.anchored["ess"] >= 400
+    assert "DPPenalty(hess_clip)" in str(cell)
+    # a quarter of the rows: the test's noise grows like d^2 / n
+    X, y = _design(5_000, 7)
+    small = logistic_regression_model(X, y, prior_sd=5.0)
+    low = pdp.plan(small, epsilon=5.0, **kw)
+    assert low.anchored["ess"] < 0.5 * cell.anchored["ess"]
+    _, _, model = logistic  # 404 rows
+    tiny = pdp.plan(model, epsilon=3.0, **kw)
+    assert not tiny.anchored["usable"] and tiny.recommended != "DPPenalty(hess_clip)"
+    assert any("anchored chain (hess_clip)" in a for a in tiny.advice)
+    step = _anchored_penalty(model, epsilon=3.0)
+    with model, pytest.warns(UserWarning, match=r"DPPenalty\(hess_clip\) will not give a usable"):
+        pdp.sample(step=step, draws=5, tune=5, chains=1, cores=1, progressbar=False)

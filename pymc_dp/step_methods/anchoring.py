@@ -117,10 +117,31 @@ class AnchoredStep:
 
         from pymc_dp.anchor import tilt_sds
 
-        tilt = tilt_sds(self.anchor, self.warm.posterior_cov, self.tempering, self._active)
+        # the tilt moves the posterior's mean by T Sigma e: the Laplace covariance, not the
+        # noise-aware one (whose width is the fit's error, not the posterior's)
+        tilt = tilt_sds(self.anchor, self.warm.cov, self.tempering, self._active)
         return json.dumps(
             {k: float(v) for k, v, a in zip(labels, tilt, self._active, strict=True) if a}
         )
+
+    def predicted_mixing(self, chains: int, tune: int, draws: int) -> dict:
+        """The anchored chain's predicted ``acceptance`` and bulk ``ess`` (all chains), from
+        released values only: the warm start's Laplace sds and error
+        (:func:`pymc_dp.planner.anchored_mixing`). ``ess`` counts the independence proposals
+        of DPPenalty (a share :data:`INDEPENDENT_SHARE`) or every DPHMC trajectory."""
+        from pymc_dp.planner import anchored_mixing
+
+        active = self._active
+        sd = np.sqrt(np.diag(self.warm.cov)[active])
+        offset = np.sqrt(np.diag(self.warm.noise_cov)[active]) / sd
+        chain_mu = (1.0 - self.warm_start_share - self.anchor_share) * gaussian_mu_for_budget(
+            self.epsilon, self.delta
+        )
+        s = self.tempering * np.sqrt(chains * (tune + draws) / (2.0 * chain_mu))
+        accept, per = anchored_mixing(s, self.hess_clip, sd, offset, cap=draws)
+        return {"acceptance": accept, "ess": chains * draws * self._independent_share * per}
+
+    _independent_share: float = INDEPENDENT_SHARE
 
     def _anchor_mu(self) -> float:
         return self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
