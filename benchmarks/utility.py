@@ -21,8 +21,10 @@ way the README's quickstart calls it: budget and public clip bounds only (covari
 [-1, 1] from their codebook ranges, so a row's L2 norm is at most sqrt(d) and every |x_j| <= 1),
 run with ``pdp.sample(draws=1000, tune=1000, chains=4)``. Columns: mean error in NUTS posterior
 sds (max and median over coefficients), sd ratio to NUTS (min and max), R-hat (max), bulk ESS
-(min), wall time, epsilon spent, and the planner's recommendation made before the run. d3p's rows
-are read from the cache of :func:`benchmarks.realdata.d3p_fit` (its environment is separate).
+(min) and the planner's prediction of it (MCMC rows), wall time, epsilon spent, and the planner's
+recommendation made before the run. ``DPPenalty(hess_clip)`` is the anchored chain (issue 24).
+d3p's rows are read from the cache of :func:`benchmarks.realdata.d3p_fit` (its environment is
+separate).
 
 ``python -m benchmarks.utility [--names ...] [--eps 1 4] [--samplers ...] [--quick]``
 ``python -m benchmarks.utility --fit [--names ...] [--eps 1 2 4] [--runs 10] [--draws 500]``
@@ -91,6 +93,12 @@ SAMPLERS: dict[str, Factory] = {
         epsilon=eps, llr_clip=data.row_norm_bound, grad_clip=data.row_norm_bound, noise_seed=seed
     ),
     "DPMinibatchPenalty": _minibatch,
+    "DPPenalty(hess_clip)": lambda data, eps, seed: pdp.DPPenalty(
+        epsilon=eps,
+        llr_clip=glm_clip(data).llr_clip,
+        hess_clip=glm_clip(data).hess_clip,
+        noise_seed=seed,
+    ),
 }
 #: The data sets of the table: the issue's, with randhie as logistic regression (the Poisson
 #: variant needs its own clip bounds, ``pdp.glm_clip``, and is left to ``--names``).
@@ -143,7 +151,13 @@ def utility_rows(
         data = realdata.load(name)
         for eps in epsilons:
             with realdata.model(data):
-                planned = pdp.plan(epsilon=eps, llr_clip=data.abs_bounds, draws=draws, tune=tune)
+                planned = pdp.plan(
+                    epsilon=eps,
+                    llr_clip=data.abs_bounds,
+                    draws=draws,
+                    tune=tune,
+                    hess_clip=glm_clip(data).hess_clip,
+                )
             verdict = planned.recommended + ("" if planned.feasible else " (infeasible)")
             for sampler in samplers:
                 if sampler == "DPHMC" and data.n > 200_000:
@@ -161,6 +175,7 @@ def utility_rows(
                         f"{r['sd_ratio_min']:.2f}-{r['sd_ratio_max']:.2f}",
                         r["rhat"],
                         r["ess"],
+                        _predicted_ess(planned, sampler),
                         r["seconds"],
                         r["epsilon"],
                         verdict if sampler == planned.recommended else "",
@@ -182,12 +197,21 @@ def utility_rows(
                         f"{np.median([c['sd_ratio_max'] for c in cs]):.2f}",
                         float("nan"),
                         float("nan"),
+                        float("nan"),
                         float(np.median([fit["seconds"] for fit in fits])),
                         eps,
                         "",
                     )
                 )
     return rows
+
+
+def _predicted_ess(planned: pdp.Plan, sampler: str) -> float:
+    """The planner's ESS of an MCMC row (before the run; it models unanchored chains by
+    DPPenalty); NaN for the private fit, whose draws are independent."""
+    if sampler == "DPLaplace":
+        return float("nan")
+    return planned.anchored["ess"] if "hess_clip" in sampler else planned.penalty_ess
 
 
 def _cached_d3p(name: str, eps: float) -> list[dict]:
@@ -209,6 +233,7 @@ HEADER = [
     "sd ratio",
     "R-hat",
     "ESS",
+    "ESS pred",
     "secs",
     "eps spent",
     "planner",

@@ -71,6 +71,11 @@ from scipy.special import ndtr, ndtri
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.graph import analyse
+from pymc_dp.step_methods.anchoring import (
+    ANCHORED_WARM_START,
+    DEFAULT_ANCHOR_SHARE,
+    INDEPENDENT_SHARE,
+)
 from pymc_dp.step_methods.base import default_delta
 from pymc_dp.warmstart import LAST_SHARE
 
@@ -276,6 +281,8 @@ def plan(
     q0 = _initial_q(model)
     dim = int(q0.size)
     mu = gaussian_mu_for_budget(epsilon, delta)
+    if hess_clip is not None:
+        hess_clip = check_positive(hess_clip, "hess_clip")
     suffstats = _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd)
     if suffstats is not None and llr_clip is None and grad_clip is None:
         return _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats)
@@ -348,32 +355,36 @@ def plan(
             mu=mu,
             posterior_sd=posterior_sd,
             warm_error=lap_err,
-            hess_clip=check_positive(hess_clip, "hess_clip"),
+            hess_clip=hess_clip,
             grad_clip=l2,
+            active=_likelihood_mask(model, graph),
             chains=chains,
             tune=tune,
             draws=draws,
             e_max=e_max,
         )
         if anchored["usable"]:
-            shaped = _non_gaussian_shape(model)
-            if shaped or anchored["largest_error"] <= lap_largest or not laplace_ok:
+            if anchored["largest_error"] <= lap_largest or not laplace_ok:
                 recommended = "DPPenalty(hess_clip)"
-                why = (
-                    f"the posterior may not be Gaussian ({shaped}), which the fit assumes"
-                    if shaped
-                    else "it is predicted closer to the posterior than the fit"
-                )
                 advice = [
-                    f"an anchored chain (DPPenalty or DPHMC with hess_clip) is predicted to mix "
-                    f"(ESS ~{anchored['ess']:.3g}) and stay within ~{anchored['largest_error']:.2f}"
-                    f" posterior sds: sample it, since {why}"
+                    f"an anchored chain (DPPenalty with hess_clip) is predicted to mix (ESS "
+                    f"~{anchored['ess']:.3g}) and stay within ~{anchored['largest_error']:.2f} "
+                    "posterior sds, closer than the private fit: sample it"
                 ]
+                split = dict(
+                    warm_start=ANCHORED_WARM_START,
+                    anchor=DEFAULT_ANCHOR_SHARE,
+                    tune=tune,
+                    draws=draws,
+                    chains=chains,
+                    ess=anchored["ess"],
+                )
             else:
                 advice.append(
-                    f"an anchored chain (hess_clip) would mix too (ESS ~{anchored['ess']:.3g}, "
-                    f"largest error ~{anchored['largest_error']:.2f} posterior sds, above the "
-                    "fit's): sample it where the posterior's shape matters (non-Gaussian)"
+                    f"an anchored chain (DPPenalty with hess_clip) would mix too (ESS "
+                    f"~{anchored['ess']:.3g}, largest error ~{anchored['largest_error']:.2f} "
+                    "posterior sds, above the fit's): sample it where the posterior's shape "
+                    "matters (the fit is Gaussian)"
                 )
         else:
             advice.append(
@@ -438,23 +449,21 @@ def _anchored_prediction(
     tune: int,
     draws: int,
     e_max: float,
+    active: np.ndarray | None = None,
 ) -> dict:
     """Acceptance, ESS, tilt and largest error of an anchored DPPenalty at its default shares
-    (module docstring). Public inputs only; the integral over the posterior is a fixed
-    quadrature (seeded normals), not noise."""
-    from pymc_dp.step_methods.anchoring import (
-        ANCHORED_WARM_START,
-        DEFAULT_ANCHOR_SHARE,
-        INDEPENDENT_SHARE,
-    )
-
+    (module docstring; DPHMC's trajectories are not modelled). Public inputs only; the
+    integral over the posterior is a fixed quadrature (seeded normals), not noise."""
     chain_share = 1.0 - ANCHORED_WARM_START - DEFAULT_ANCHOR_SHARE
     s = math.sqrt(chains * (tune + draws) / (2.0 * chain_share * mu))
     # the warm start at its share misplaces the anchor by warm_error / sqrt(share) sds per
-    # coordinate (its error scales as 1 / mu)
+    # coordinate (its error scales as 1 / sqrt(mu))
     offset_sd = warm_error / math.sqrt(ANCHORED_WARM_START)
-    accept, ess = anchored_mixing(s, hess_clip, posterior_sd, offset_sd, cap=draws)
-    ess *= chains * draws * INDEPENDENT_SHARE
+    if active is not None:  # prior-only coordinates move freely: not in the test's bound
+        posterior_sd = posterior_sd[np.asarray(active, bool)]
+    proposals = INDEPENDENT_SHARE * draws
+    accept, ess = anchored_mixing(s, hess_clip, posterior_sd, offset_sd, cap=proposals)
+    ess *= chains * proposals
     noise_sd = 2.0 * grad_clip / math.sqrt(2.0 * DEFAULT_ANCHOR_SHARE * mu)
     tilt = float(np.max(posterior_sd) * noise_sd)
     # a mean's error sd: the tilt (one draw of the anchor's noise) and the Monte Carlo error
@@ -484,15 +493,21 @@ def anchored_mixing(
     state ``q`` is left at rate ``p(q)`` (the mean over proposals), to a draw of the posterior,
     so a coordinate ``f`` has integrated autocorrelation time
     ``E[f^2 (2 - p) / p] / E[f^2]``: states far from the anchor are stickier, and they are
-    where ``f^2`` is large. A stay is capped at ``cap`` (a chain's draws: a run does not see
-    states it would never leave, it rarely enters them). The ESS is the smallest over
-    coordinates (bulk ESS min), the median over offsets (a typical run)."""
+    where ``f^2`` is large. A stay is capped at ``cap`` (a chain's proposals: a run does not
+    see states it would never leave, it rarely enters them). The ESS is the smallest over
+    coordinates (bulk ESS min), the median over offsets (a typical run).
+
+    Not modelled (so optimistic): the proposal is the posterior itself (the step's starts as
+    the warm start's noise-aware Gaussian and is re-centred and reshaped during tuning), the
+    Hastings term is 0, and the chain's local moves add nothing."""
     rng = np.random.default_rng(seed)
     dim, m = posterior_sd.size, ANCHORED_QUADRATURE
     offsets = rng.standard_normal((ANCHORED_OFFSETS, dim)) * offset_sd * posterior_sd
     zq, zp = rng.standard_normal((2, m, dim))
     q, proposal = zq * posterior_sd, zp * posterior_sd
-    move = np.linalg.norm(q[:, None, :] - proposal[None, :, :], axis=2)
+    # |q_i - p_j| without the (m, m, dim) array: memory stays m^2 whatever the dimension
+    sq = (q**2).sum(1)[:, None] + (proposal**2).sum(1)[None, :] - 2.0 * q @ proposal.T
+    move = np.sqrt(np.maximum(sq, 0.0))
     accepts, per = [], []
     for a in offsets:
         far = 0.5 * (
@@ -500,18 +515,21 @@ def anchored_mixing(
         )
         p = np.mean(2.0 * ndtr(-s * hess_clip * move * far), axis=1)
         accepts.append(p.mean())
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             stay = np.minimum((2.0 - p) / p, cap)
         tau = np.mean(zq**2 * stay[:, None], axis=0) / np.mean(zq**2, axis=0)
         per.append(1.0 / np.max(tau))
     return float(np.mean(accepts)), float(np.median(per))
 
 
-def _non_gaussian_shape(model: Model) -> str:
-    """Public structure that makes a posterior non-Gaussian in the fit's coordinates: the
-    names of free variables with a transform (scales, bounded parameters), or ''."""
-    shaped = [rv.name for rv in model.free_RVs if model.rvs_to_transforms.get(rv) is not None]
-    return ("bounded or scale parameters: " + ", ".join(shaped)) if shaped else ""
+def _likelihood_mask(model: Model, graph) -> np.ndarray:
+    """Raveled coordinates the likelihood reads (the anchored test's bound ignores the others),
+    from the model's structure."""
+    point = model.initial_point()
+    reads = set(graph.likelihood_vars)
+    return np.concatenate(
+        [np.full(np.size(point[v.name]), v.name in reads) for v in model.value_vars]
+    )
 
 
 def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> Plan:

@@ -349,9 +349,15 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
     return advice
 
 
+#: ESS per independence proposal from which a short anchored run is told to run longer rather
+#: than to switch to the private fit.
+MIN_EFFICIENCY = 0.1
+
+
 def _anchored_advice(step: DPStep, run) -> str:
     """An anchored chain's prediction from its released warm start; warn if it will not mix."""
     from pymc_dp.planner import ESS_FOR_MCMC
+    from pymc_dp.step_methods.anchoring import INDEPENDENT_SHARE
 
     try:
         mix = step.predicted_mixing(run.chains, run.tune, run.draws)
@@ -359,11 +365,20 @@ def _anchored_advice(step: DPStep, run) -> str:
         return ""
     if mix["ess"] >= ESS_FOR_MCMC:
         return ""
-    advice = (
-        f"its released warm start predicts acceptance ~{mix['acceptance']:.2g} and ESS "
-        f"~{mix['ess']:.2g} (all chains): the anchored test's noise grows like d^2 / (n epsilon); "
-        "sample the private fit (pdp.DPLaplace) instead, or give a larger epsilon"
-    )
+    needed = ESS_FOR_MCMC / max(mix["efficiency"] * INDEPENDENT_SHARE * run.chains, 1e-300)
+    if mix["efficiency"] >= MIN_EFFICIENCY:  # the run is short, not the test noisy
+        advice = (
+            f"ESS ~{mix['ess']:.2g} predicted (all chains) from its released warm start: the "
+            f"run is short; about {needed:.0f} draws per chain would mix (the same budget over "
+            "more iterations makes each test a little noisier: ask step.predicted_mixing)"
+        )
+    else:
+        advice = (
+            f"its released warm start predicts acceptance ~{mix['acceptance']:.2g} and ESS "
+            f"~{mix['ess']:.2g} (all chains): the anchored test's noise grows like d^2 / "
+            "(n epsilon); sample the private fit (pdp.DPLaplace) instead, or give a larger "
+            "epsilon"
+        )
     dp_warn([f"{type(step).__name__}(hess_clip) will not give a usable chain here: {advice}"])
     return advice
 

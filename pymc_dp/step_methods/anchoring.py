@@ -117,31 +117,40 @@ class AnchoredStep:
 
         from pymc_dp.anchor import tilt_sds
 
-        # the tilt moves the posterior's mean by T Sigma e: the Laplace covariance, not the
-        # noise-aware one (whose width is the fit's error, not the posterior's)
-        tilt = tilt_sds(self.anchor, self.warm.cov, self.tempering, self._active)
+        # the tilt moves the posterior's mean by T Sigma e: the posterior's sds, not the
+        # noise-aware spread (the fit's error); correlations are not released
+        tilt = tilt_sds(
+            self.anchor, np.diag(self._posterior_sds() ** 2), self.tempering, self._active
+        )
         return json.dumps(
             {k: float(v) for k, v, a in zip(labels, tilt, self._active, strict=True) if a}
         )
 
     def predicted_mixing(self, chains: int, tune: int, draws: int) -> dict:
-        """The anchored chain's predicted ``acceptance`` and bulk ``ess`` (all chains), from
-        released values only: the warm start's Laplace sds and error
-        (:func:`pymc_dp.planner.anchored_mixing`). ``ess`` counts the independence proposals
-        of DPPenalty (a share :data:`INDEPENDENT_SHARE`) or every DPHMC trajectory."""
+        """The anchored chain's predicted ``acceptance``, bulk ``ess`` (all chains) and
+        ``efficiency`` (ESS per independence proposal), from released values only: the warm
+        start's posterior sds (its metric) and error (:func:`pymc_dp.planner.anchored_mixing`).
+        DPHMC is predicted as DPPenalty (its trajectories are not modelled)."""
         from pymc_dp.planner import anchored_mixing
 
         active = self._active
-        sd = np.sqrt(np.diag(self.warm.cov)[active])
+        sd = self._posterior_sds()[active]
         offset = np.sqrt(np.diag(self.warm.noise_cov)[active]) / sd
         chain_mu = (1.0 - self.warm_start_share - self.anchor_share) * gaussian_mu_for_budget(
             self.epsilon, self.delta
         )
         s = self.tempering * np.sqrt(chains * (tune + draws) / (2.0 * chain_mu))
-        accept, per = anchored_mixing(s, self.hess_clip, sd, offset, cap=draws)
-        return {"acceptance": accept, "ess": chains * draws * self._independent_share * per}
+        proposals = INDEPENDENT_SHARE * draws
+        accept, per = anchored_mixing(s, self.hess_clip, sd, offset, cap=proposals)
+        return {"acceptance": accept, "ess": chains * proposals * per, "efficiency": per}
 
-    _independent_share: float = INDEPENDENT_SHARE
+    def _posterior_sds(self) -> np.ndarray:
+        """Posterior sds the warm start measured (its metric: released curvature and prior),
+        not its noise-aware spread, nor its ``cov`` (shrunk towards the prior at small
+        budgets)."""
+        if self.warm.unit is not None:
+            return np.asarray(self.warm.unit, float)
+        return np.sqrt(np.diag(self.warm.cov))
 
     def _anchor_mu(self) -> float:
         return self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)

@@ -152,8 +152,6 @@ class DPHMC(AnchoredStep, DPStep):
        trajectory lengths in Hamiltonian Monte Carlo. AISTATS.
     """
 
-    _independent_share = 1.0  # every anchored iteration is a surrogate trajectory
-
     name = "dp_hmc"
     distributed_rows = True  # full-data kernels only: rows may stay on Dask workers
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
