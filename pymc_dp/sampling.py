@@ -349,35 +349,38 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
     return advice
 
 
-#: ESS per independence proposal from which a short anchored run is told to run longer rather
-#: than to switch to the private fit.
-MIN_EFFICIENCY = 0.1
+#: Longest run (draws per chain) the advice to an anchored step searches for one that mixes.
+LONGEST_ADVISED_RUN = 20_000
 
 
 def _anchored_advice(step: DPStep, run) -> str:
-    """An anchored chain's prediction from its released warm start; warn if it will not mix."""
+    """An anchored chain's prediction from its released warm start; warn if it will not mix,
+    and say whether a longer run would (the same budget over more iterations makes each test
+    noisier, so the search asks the prediction itself)."""
     from pymc_dp.planner import ESS_FOR_MCMC
-    from pymc_dp.step_methods.anchoring import INDEPENDENT_SHARE
 
     try:
         mix = step.predicted_mixing(run.chains, run.tune, run.draws)
+        if mix["ess"] >= ESS_FOR_MCMC:
+            return ""
+        longer, draws = None, run.draws
+        while longer is None and draws < LONGEST_ADVISED_RUN:
+            draws = min(2 * draws, LONGEST_ADVISED_RUN)
+            if step.predicted_mixing(run.chains, run.tune, draws)["ess"] >= ESS_FOR_MCMC:
+                longer = draws
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""
-    if mix["ess"] >= ESS_FOR_MCMC:
-        return ""
-    needed = ESS_FOR_MCMC / max(mix["efficiency"] * INDEPENDENT_SHARE * run.chains, 1e-300)
-    if mix["efficiency"] >= MIN_EFFICIENCY:  # the run is short, not the test noisy
+    if longer is not None:
         advice = (
             f"ESS ~{mix['ess']:.2g} predicted (all chains) from its released warm start: the "
-            f"run is short; about {needed:.0f} draws per chain would mix (the same budget over "
-            "more iterations makes each test a little noisier: ask step.predicted_mixing)"
+            f"run is short; {longer} draws per chain are predicted to mix"
         )
     else:
         advice = (
             f"its released warm start predicts acceptance ~{mix['acceptance']:.2g} and ESS "
-            f"~{mix['ess']:.2g} (all chains): the anchored test's noise grows like d^2 / "
-            "(n epsilon); sample the private fit (pdp.DPLaplace) instead, or give a larger "
-            "epsilon"
+            f"~{mix['ess']:.2g} (all chains), and no run up to {LONGEST_ADVISED_RUN} draws per "
+            "chain mixes: the anchored test's noise grows like d^2 / (n epsilon); sample the "
+            "private fit (pdp.DPLaplace) instead, or give a larger epsilon"
         )
     dp_warn([f"{type(step).__name__}(hess_clip) will not give a usable chain here: {advice}"])
     return advice

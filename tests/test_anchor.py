@@ -252,30 +252,15 @@ def test_planner_mixing_of_an_anchored_chain_is_its_integral():
     assert anchored_mixing(s, C, sd, 0.0, cap=1.5)[1] > got_ess
 
 
-def test_planner_caps_the_stay_in_states_a_run_would_not_leave():
-    """Four times the noise: far states are never left (``E[1 / p]`` diverges), and the cap at
-    the run's proposals decides the ESS; against the same integral with the cap."""
-    from scipy import integrate
-    from scipy.special import ndtr
-    from scipy.stats import norm
-
+def test_a_chain_that_never_moves_is_worth_one_draw_per_cap():
+    """Stays are capped at the run's proposals: a chain whose test noise is huge is credited
+    exactly ``1 / cap`` of a draw per proposal, i.e. one draw per chain (the floor a stuck run's
+    bulk ESS estimate also sits near)."""
     from pymc_dp.planner import anchored_mixing
 
-    s, C, sd, cap = 40.0, 2.0, np.array([0.1]), 800.0
-    k = s * C * sd[0] ** 2
-
-    def p_of(z):
-        f = lambda w: norm.pdf(w) * 2 * ndtr(-k * abs(w - z) * (abs(z) + abs(w)) / 2)  # noqa: E731
-        return integrate.quad(f, -9, 9, points=[0.0, z], limit=200)[0]
-
-    zs = np.linspace(-7, 7, 561)
-    ps = np.array([p_of(z) for z in zs])
-    tau = integrate.simpson(norm.pdf(zs) * zs**2 * np.minimum((2 - ps) / ps, cap), x=zs)
-    uncapped = integrate.simpson(norm.pdf(zs) * zs**2 * (2 - ps) / ps, x=zs)
-    assert uncapped > 5 * tau  # the cap binds
-    runs = np.array([anchored_mixing(s, C, sd, 0.0, cap=cap, seed=i)[1] for i in range(30)])
-    got = anchored_mixing(s, C, sd, 0.0, cap=cap)[1]
-    assert abs(got - 1 / tau) <= 4 * runs.std()
+    for cap in (80.0, 800.0):
+        accept, per = anchored_mixing(1e6, 2.0, np.array([0.1, 0.1]), 0.0, cap=cap)
+        assert accept < 1e-6 and per == pytest.approx(1.0 / cap, rel=1e-12)
 
 
 def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
@@ -311,6 +296,24 @@ def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
     tiny = pdp.plan(model, epsilon=3.0, **kw)
     assert not tiny.anchored["usable"] and tiny.recommended != "DPPenalty(hess_clip)"
     assert any("anchored chain (hess_clip)" in a for a in tiny.advice)
+    # it cannot move: one draw per chain, the cap at the run's 0.8 x draws proposals
+    assert tiny.anchored["ess"] == pytest.approx(tiny.chains, rel=1e-9)
+    # with four times the per-row information its tilt is below the fit's error: recommended,
+    # with its split
+    sharp = pdp.plan(
+        big, epsilon=5.0, **{**kw, "info_per_row": 4.0, "llr_clip": np.r_[clip.llr_clip, 1, 1]}
+    )
+    assert sharp.recommended == "DPPenalty(hess_clip)" and sharp.split["anchor"] == 0.6
+    assert "anchor 60%" in str(sharp)
+    # ... unless the likelihood reads a transformed variable, where a GLM bound does not hold
+    X, y = _design(20_000, 7)
+    with pm.Model() as scaled:
+        beta = pm.Normal("beta", 0.0, 5.0, shape=3)
+        tau = pm.HalfNormal("tau", 1.0)
+        pm.Bernoulli("y", logit_p=tau * (pm.Data("X", X) @ beta), observed=y)
+    hidden = pdp.plan(scaled, epsilon=5.0, **{**kw, "info_per_row": 4.0, "llr_clip": np.ones(4)})
+    assert hidden.recommended != "DPPenalty(hess_clip)"
+    assert any("transformed variables (tau)" in a for a in hidden.advice)
     # a run long enough that its length cannot decide (0.8 x 2 x 600 proposals > 400)
     step = _anchored_penalty(model, epsilon=3.0)
     assert step.predicted_mixing(2, 100, 600)["ess"] < 400
@@ -318,24 +321,28 @@ def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
         pdp.sample(step=step, draws=600, tune=100, chains=2, cores=1, progressbar=False)
 
 
-def test_a_short_anchored_run_is_told_to_run_longer():
-    """The warning names the cause: a test too noisy (use the fit) or a run too short."""
+def test_a_short_anchored_run_is_told_how_long_a_run_would_mix():
+    """The warning names the cause from the step's own prediction at other lengths: a run too
+    short (and the length that mixes), or a test too noisy at every length (use the fit)."""
     from types import SimpleNamespace
 
     from pymc_dp.sampling import _anchored_advice
 
     run = SimpleNamespace(chains=4, tune=100, draws=100)
-    for efficiency, expected in ((0.5, "the run is short"), (0.01, "grows like d\\^2")):
-        step = SimpleNamespace(
-            predicted_mixing=lambda c, t, d, e=efficiency: {
-                "acceptance": 0.5,
-                "ess": c * 0.8 * d * e,
-                "efficiency": e,
-            }
+
+    def step(ess):
+        return SimpleNamespace(
+            predicted_mixing=lambda c, t, d: {"acceptance": 0.5, "ess": ess(d), "efficiency": 0}
         )
+
+    cases = (
+        (lambda d: 1.6 * d, "the run is short; 400 draws per chain"),  # 160, 320, 640
+        (lambda d: 4.0, "no run up to 20000 draws.*d\\^2"),  # a chain that cannot move
+        (lambda d: 900.0 / (1 + d / 50), "no run up to"),  # more draws, noisier tests
+    )
+    for ess, expected in cases:
         with pytest.warns(UserWarning, match=expected):
-            assert re.search(expected, _anchored_advice(step, run))
-    step.predicted_mixing = lambda c, t, d: {"acceptance": 0.5, "ess": 500.0, "efficiency": 0.2}
+            assert re.search(expected, _anchored_advice(step(ess), run))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _anchored_advice(step, run) == ""
+        assert _anchored_advice(step(lambda d: 500.0), run) == ""

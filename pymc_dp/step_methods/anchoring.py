@@ -118,7 +118,8 @@ class AnchoredStep:
         from pymc_dp.anchor import tilt_sds
 
         # the tilt moves the posterior's mean by T Sigma e: the posterior's sds, not the
-        # noise-aware spread (the fit's error); correlations are not released
+        # noise-aware spread (the fit's error); only the metric's diagonal is kept, which
+        # understates the tilt on correlated covariates
         tilt = tilt_sds(
             self.anchor, np.diag(self._posterior_sds() ** 2), self.tempering, self._active
         )
