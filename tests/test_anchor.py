@@ -317,6 +317,10 @@ def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
     # a run long enough that its length cannot decide (0.8 x 2 x 600 proposals > 400)
     step = _anchored_penalty(model, epsilon=3.0)
     assert step.predicted_mixing(2, 100, 600)["ess"] < 400
+    with pytest.raises(ValueError, match="draws"):
+        step.predicted_mixing(2, 100, 0)
+    with pytest.raises(ValueError, match="chains"):
+        step.predicted_mixing(0, 100, 600)
     with model, pytest.warns(UserWarning, match=r"hess_clip\) will not give a usable.*d\^2"):
         pdp.sample(step=step, draws=600, tune=100, chains=2, cores=1, progressbar=False)
 

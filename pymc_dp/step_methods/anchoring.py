@@ -132,8 +132,17 @@ class AnchoredStep:
         ``efficiency`` (ESS per independence proposal), from released values only: the warm
         start's posterior sds (its metric) and error (:func:`pymc_dp.planner.anchored_mixing`).
         DPHMC is predicted as DPPenalty (its trajectories are not modelled)."""
+        from pymc_dp.accounting._validate import check_count
         from pymc_dp.planner import anchored_mixing
 
+        if not self.anchored:
+            raise ValueError(
+                "predicted_mixing predicts a chain anchored with `hess_clip`; this step has none "
+                "(pdp.plan predicts the unanchored chain)."
+            )
+        chains = check_count(chains, "chains", minimum=1)
+        tune = check_count(tune, "tune")
+        draws = check_count(draws, "draws", minimum=1)
         active = self._active
         sd = self._posterior_sds()[active]
         offset = np.sqrt(np.diag(self.warm.noise_cov)[active]) / sd
