@@ -223,3 +223,57 @@ def test_minibatch_kernels_of_inner_graph_and_column_models(kind):
     np.testing.assert_allclose(total, ratios[idx].sum(), rtol=1e-10)
     np.testing.assert_allclose(squares, (ratios[idx] ** 2).sum(), rtol=1e-10)
     np.testing.assert_allclose(lik.batch_grad_rows(q, idx), lik.grad_rows(q)[idx], rtol=1e-10)
+
+
+def test_steps_on_one_model_share_kernels_until_the_model_or_data_change():
+    """A second step on the same model, variables, arguments and data reuses the first's
+    likelihood (its compiled kernels); anything else builds anew, and nothing outlives the
+    steps that use it."""
+    import gc
+
+    from pytensor.compile.mode import get_mode
+
+    from pymc_dp.likelihood import _LIVE
+
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        x = pm.Data("x", rng.normal(size=30))
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu + x, 1.0, observed=rng.normal(size=30))
+
+    def make(**kw):
+        with model:
+            return pdp.DPPenalty(noise_multiplier=1.0, llr_clip=1.0, proposal_scale=0.1, **kw)
+
+    first = make()
+    kernel = first.likelihood.ratio_kernel()
+    second = make()
+    assert second.likelihood is first.likelihood
+    assert second.likelihood.ratio_kernel() is kernel
+    assert make(public=["x"]).likelihood is not first.likelihood  # other arguments
+    assert make(compile_kwargs={"mode": "FAST_COMPILE"}).likelihood is not first.likelihood
+    # a Mode object has no trusted key: never shared
+    mode = get_mode("FAST_COMPILE")
+    a, b = make(compile_kwargs={"mode": mode}), make(compile_kwargs={"mode": mode})
+    assert a.likelihood is not b.likelihood
+
+    with model:
+        pm.set_data({"x": rng.normal(size=30)})
+    changed = make()
+    assert changed.likelihood is not first.likelihood
+    with pytest.raises(ValueError, match="data changed"):
+        first.check_data()
+
+    with model:
+        pm.Potential("public_penalty", -(mu**2))
+    grown = make()
+    assert grown.likelihood is not changed.likelihood
+    assert grown.likelihood.prior_logp_and_grad(np.array([1.0]))[0] == pytest.approx(
+        changed.likelihood.prior_logp_and_grad(np.array([1.0]))[0] - 1.0
+    )
+
+    alive = len(_LIVE)
+    del first, second, changed, grown, a, b, kernel
+    gc.collect()
+    assert len(_LIVE) < alive
+    assert all(lik.model is not model for lik in _LIVE.values())

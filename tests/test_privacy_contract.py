@@ -75,10 +75,17 @@ STEPS = {
 EPSILON = {"barker": 200.0}  # n = 300, b = 100: about 1.5 per iteration
 
 
+#: Steps made here stay alive for the module, so later steps on the same model share their
+#: compiled kernels (``pymc_dp.likelihood.model_likelihood``), as a user's session does.
+_MADE: list = []
+
+
 def _make(model, name, **kw):
     kw.setdefault("epsilon", EPSILON.get(name, 2.0))
     with model:
-        return STEPS[name](**kw)
+        step = STEPS[name](**kw)
+    _MADE.append(step)
+    return step
 
 
 def _sample(model, step, **kw):

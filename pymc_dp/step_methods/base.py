@@ -44,7 +44,7 @@ from pymc_dp.accounting._validate import (
 )
 from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.boundary import guarded
-from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.likelihood import PerRowLikelihood, model_likelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
 from pymc_dp.prior_block import PriorBlock
@@ -313,7 +313,7 @@ class DPStep(ArrayStepShared):
         # the analysis evaluates graphs on the rows: PyTensor's errors there print inputs
         self.likelihood = likelihood or guarded(
             f"Analysing the model for {type(self).__name__}",
-            PerRowLikelihood,
+            model_likelihood,
             model,
             vars,
             **self.likelihood_kwargs,
