@@ -73,19 +73,32 @@ def _frozen(value):
     raise _Untrusted
 
 
-def model_likelihood(model: Model, vars: Sequence[Variable], **kwargs) -> PerRowLikelihood:
+def model_likelihood(
+    model: Model,
+    vars: Sequence[Variable],
+    *,
+    row_dim: str | None = None,
+    row_axes: Mapping[str, int] | None = None,
+    public: Iterable[str] = (),
+    compile_kwargs: dict | None = None,
+) -> PerRowLikelihood:
     """The :class:`PerRowLikelihood` of ``model`` over ``vars``, shared with any step built
-    earlier on the same model, variables, arguments and ``pm.Data`` values that is still alive.
+    earlier on the same model, variables, arguments and data that is still alive.
 
     Its kernels compile once (tens of seconds at D = 10 under Numba), so a second step on the
-    same model (another epsilon, another sampler) starts at once. A changed ``pm.Data``
-    container, a variable added to the model or different arguments build anew. The kernels
-    hold no budget and no noise: :meth:`DPStep.renew` has always shared them.
+    same model (another epsilon, another sampler) starts at once. The model is analysed anew
+    every time (every refusal of :func:`pymc_dp.graph.analyse` runs, e.g. on start values that
+    read private data); a changed ``pm.Data`` container or any other array the likelihood
+    reads, a variable added to the model or different arguments build anew. The kernels hold
+    no budget and no noise (:meth:`DPStep.renew` has always shared them), and each is called
+    by one thread at a time.
     """
     from pymc_dp.step_methods.spending import data_fingerprint
 
+    graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
+    kwargs = dict(graph=graph, compile_kwargs=compile_kwargs)
     try:
-        args = _frozen(kwargs)
+        args = _frozen((row_dim, row_axes, tuple(public), compile_kwargs))
     except _Untrusted:  # e.g. a Mode object in compile_kwargs: no sharing
         return PerRowLikelihood(model, vars, **kwargs)
     key = (
@@ -94,7 +107,7 @@ def model_likelihood(model: Model, vars: Sequence[Variable], **kwargs) -> PerRow
         tuple(id(v) for v in model.named_vars.values()),
         args,
     )
-    fingerprint = data_fingerprint(model)
+    fingerprint = data_fingerprint(model, graph)
     found = _LIVE.get(key)
     if found is not None and found.model is model and found.fingerprint == fingerprint:
         return found
@@ -102,6 +115,32 @@ def model_likelihood(model: Model, vars: Sequence[Variable], **kwargs) -> PerRow
     made.fingerprint = fingerprint
     _LIVE[key] = made
     return made
+
+
+class _Serialised:
+    """A compiled kernel called by one thread at a time. Steps on one model share kernels, and
+    a PyTensor function's storage is not thread-safe: two steps called from threads got each
+    other's sums (review), a clip of 1e-6 returning a sum of 4e4."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self._lock = threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self.fn(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name in ("fn", "_lock"):  # unpickling: not set yet
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def __getstate__(self) -> dict:
+        return {"fn": self.fn}
+
+    def __setstate__(self, state: dict) -> None:
+        self.fn = state["fn"]
+        self._lock = threading.Lock()
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -267,7 +306,7 @@ class PerRowLikelihood:
         with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
             fn = pm_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
-        return fn
+        return _Serialised(fn)
 
     # -------------------------------------------------------- unfused (tests, diagnostics)
     @cached_property
@@ -292,7 +331,7 @@ class PerRowLikelihood:
             [self._q], self._prior, mode=Mode(linker="py", optimizer="fast_compile")
         )
         fn.trust_input = True
-        return fn
+        return _Serialised(fn)
 
     def prior_value(self, q: np.ndarray) -> float:
         """Log prior (with log-Jacobian and potentials) at ``q``; reads no data."""
@@ -547,7 +586,7 @@ class PerRowLikelihood:
         hess = pytensor.gradient.hessian(self._prior, self._q, disconnected_inputs="ignore")
         fn = pytensor.function([self._q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
         fn.trust_input = True
-        return fn
+        return _Serialised(fn)
 
     def prior_hessian(self, q: np.ndarray) -> np.ndarray:
         """Hessian of the log prior (with log-Jacobian and potentials) at ``q``; public."""

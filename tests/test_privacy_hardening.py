@@ -7,10 +7,12 @@ library refuses before reading data, or the output holds nothing private.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 import pytest
 
@@ -336,3 +338,89 @@ def test_minibatches_come_from_the_secret_noise(data, monkeypatch):
     _run(model, step, chains=1)
     assert used and all(rng is not step.rng for rng in used)
     assert all(rng is step._noise.generator for rng in used[-5:])
+
+
+# ---- steps that share compiled kernels (review of model_likelihood, round 3) ----------------
+
+
+def _shared_model(n=50, seed=0):
+    rng = np.random.default_rng(seed)
+    with pm.Model() as model:
+        x = pm.Data("x", rng.normal(size=n))
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu, 1.0, observed=x)
+    return model, x
+
+
+def _fixed(model, **kw):
+    with model:
+        return pdp.DPPenalty(noise_multiplier=1.0, proposal_scale=0.1, **kw)
+
+
+def test_a_step_sharing_kernels_still_refuses_start_values_that_read_data():
+    """A live step on the model must not let a later one skip the analysis: a start value
+    set to the private mean was released as every draw (found in review)."""
+    model, x = _shared_model()
+    first = _fixed(model, llr_clip=1.0)
+    model.set_initval(model["mu"], x.mean())
+    with pytest.raises(ValueError, match="initial value of free variable 'mu' reads private"):
+        _fixed(model, llr_clip=1.0)
+    assert first.likelihood.n_rows == 50
+
+
+def test_a_plain_shared_array_changed_builds_new_kernels_and_the_old_step_refuses():
+    """An array the likelihood reads that is not pm.Data: a later step gets the new rows (the
+    old kernels gave the old ones, and skipped the finiteness check), the old step refuses."""
+    rng = np.random.default_rng(0)
+    xs = pytensor.shared(rng.normal(size=50), name="xs")
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu * xs, 1.0, observed=rng.normal(size=50))
+    q0, q1, big = np.array([0.0]), np.array([1.0]), np.asarray(1e9)
+    first = _fixed(model, llr_clip=1e9)
+    before = first.likelihood.ratio_kernel()(q1, q0, big)[0]
+    xs.set_value(rng.normal(size=50))
+    second = _fixed(model, llr_clip=1e9)
+    assert second.likelihood is not first.likelihood
+    assert second.likelihood.ratio_kernel()(q1, q0, big)[0] != before
+    with pytest.raises(ValueError, match="data changed.*xs"):
+        first.check_data()
+    xs.set_value(np.full(50, np.nan))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        _fixed(model, llr_clip=1e9)
+
+
+def test_shared_kernels_called_from_threads_keep_each_steps_bound():
+    """Two steps on one model share a kernel; called at once from threads, one step received
+    the other's unclipped sum (4e4 against its bound 0.02) before each kernel took a lock."""
+    import threading
+
+    n = 20_000
+    model, _ = _shared_model(n=n)
+    tight, loose = _fixed(model, llr_clip=1e-6), _fixed(model, llr_clip=1e9)
+    assert tight.likelihood is loose.likelihood
+    kernel = tight.likelihood.ratio_kernel()
+    q0 = np.array([0.0])
+    worst = []
+
+    def call(q, bound, keep):
+        for _ in range(5000):
+            total = float(kernel(q, q0, np.asarray(bound))[0])
+            if keep:
+                worst.append(abs(total))
+
+    threads = [
+        threading.Thread(target=call, args=(np.array([0.5]), 1e-6, True)),
+        threading.Thread(target=call, args=(np.array([-2.0]), 1e9, False)),
+    ]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the race shows within a few calls
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(worst) == 5000
+    assert max(worst) <= n * 1e-6 * (1 + 1e-9)

@@ -229,7 +229,7 @@ class DPStep(ArrayStepShared):
     def check_data(self) -> None:
         """Refuse if the model's ``pm.Data`` changed since the step was built (reads no more
         than digests; names the containers, never a value)."""
-        now = data_fingerprint(self.likelihood.model)
+        now = data_fingerprint(self.likelihood.model, getattr(self.likelihood, "graph", None))
         if now != self._fingerprint:
             old = {f[0]: f for f in self._fingerprint}
             changed = sorted(f[0] for f in now if old.get(f[0]) != f) or ["(containers)"]
@@ -318,7 +318,7 @@ class DPStep(ArrayStepShared):
             vars,
             **self.likelihood_kwargs,
         )
-        self._fingerprint = data_fingerprint(model)
+        self._fingerprint = data_fingerprint(model, getattr(self.likelihood, "graph", None))
         self._spend = SpendRecord()
         self.n_rows = self.likelihood.n_rows
         self.delta_rule = DELTA_RULE if delta is None else "given"

@@ -26,19 +26,38 @@ import weakref
 
 import numpy as np
 from pymc.model import Model
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.type import TensorType
 
 __all__ = ["SpendRecord", "data_fingerprint"]
 
 
-def data_fingerprint(model: Model) -> tuple:
-    """Shapes, dtypes and digests of the model's ``pm.Data`` containers (what a step was built
-    on; compared, never released)."""
+def data_fingerprint(model: Model, graph=None) -> tuple:
+    """Shapes, dtypes and digests of the model's ``pm.Data`` containers and of every other
+    array the analysed likelihood ``graph`` reads (a plain ``pytensor.shared`` or constant):
+    what a step was built on; compared, never released."""
     out = []
     for var in model.data_vars:
-        value = np.ascontiguousarray(var.get_value(borrow=True))
-        digest = hashlib.blake2b(value.tobytes(), digest_size=16).digest()
-        out.append((var.name, value.shape, value.dtype.str, digest))
+        out.append(_digest(var.name, var.get_value(borrow=True)))
+    if graph is not None:
+        known = {id(v) for v in model.data_vars}
+        outputs = [v for v in (graph.rows, graph.prior) if v is not None]
+        for var in graph_inputs(outputs):
+            if id(var) in known or not isinstance(var.type, TensorType):
+                continue
+            if isinstance(var, SharedVariable):
+                out.append(_digest(var.name or "(a pytensor.shared)", var.get_value(borrow=True)))
+            elif isinstance(var, Constant) and var.type.ndim:
+                out.append(_digest(var.name or "(a constant)", var.data))
     return tuple(out)
+
+
+def _digest(name: str, value) -> tuple:
+    value = np.ascontiguousarray(value)
+    digest = hashlib.blake2b(value.tobytes(), digest_size=16).digest()
+    return (name, value.shape, value.dtype.str, digest)
 
 
 def _remove(path: str, owner: int) -> None:
