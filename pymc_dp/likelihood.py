@@ -20,6 +20,7 @@ holds, its contribution stays within the sensitivity the accountant assumes.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -82,39 +83,50 @@ def model_likelihood(
     public: Iterable[str] = (),
     compile_kwargs: dict | None = None,
 ) -> PerRowLikelihood:
-    """The :class:`PerRowLikelihood` of ``model`` over ``vars``, shared with any step built
-    earlier on the same model, variables, arguments and data that is still alive.
+    """A new :class:`PerRowLikelihood` of ``model`` over ``vars`` that adopts the compiled
+    kernels of any likelihood still alive on the same model, variables, arguments and data.
 
-    Its kernels compile once (tens of seconds at D = 10 under Numba), so a second step on the
-    same model (another epsilon, another sampler) starts at once. The model is analysed anew
-    every time (every refusal of :func:`pymc_dp.graph.analyse` runs, e.g. on start values that
-    read private data); a changed ``pm.Data`` container or any other array the likelihood
-    reads, a variable added to the model or different arguments build anew. The kernels hold
-    no budget and no noise (:meth:`DPStep.renew` has always shared them), and each is called
-    by one thread at a time.
+    Kernels compile once (tens of seconds at D = 10 under Numba), so a second step on the same
+    model (another epsilon, another sampler) starts at once. Everything else is new: the model is
+    analysed anew (every refusal of :func:`pymc_dp.graph.analyse` runs, and what is private,
+    e.g. a Deterministic, is decided on the model as it is now). Kernels are adopted only where
+    the key matches and so does every array the rows and the prior read (digests); they hold no
+    budget and no noise (:meth:`DPStep.renew` has always shared them), and each is called by one
+    thread at a time.
     """
     from pymc_dp.step_methods.spending import data_fingerprint
 
     graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
-    kwargs = dict(graph=graph, compile_kwargs=compile_kwargs)
+    made = PerRowLikelihood(model, vars, graph=graph, compile_kwargs=compile_kwargs)
     try:
         args = _frozen((row_dim, row_axes, tuple(public), compile_kwargs))
     except _Untrusted:  # e.g. a Mode object in compile_kwargs: no sharing
-        return PerRowLikelihood(model, vars, **kwargs)
+        return made
     key = (
         id(model),
         tuple(id(v) for v in vars),
         tuple(id(v) for v in model.named_vars.values()),
         args,
     )
-    fingerprint = data_fingerprint(model, graph)
+    made.fingerprint = data_fingerprint(model, graph, rows_only=True)
     found = _LIVE.get(key)
-    if found is not None and found.model is model and found.fingerprint == fingerprint:
-        return found
-    made = PerRowLikelihood(model, vars, **kwargs)
-    made.fingerprint = fingerprint
+    if found is not None and found.model is model and found.fingerprint == made.fingerprint:
+        made.adopt_kernels(found)
     _LIVE[key] = made
     return made
+
+
+#: Every kernel lock in this process: a forked chain process gets new ones (a lock held by
+#: another thread at the fork would never be released in the child).
+_LOCKED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _new_locks_after_fork() -> None:
+    for kernel in list(_LOCKED):
+        kernel._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
 class _Serialised:
@@ -125,6 +137,7 @@ class _Serialised:
     def __init__(self, fn) -> None:
         self.fn = fn
         self._lock = threading.Lock()
+        _LOCKED.add(self)
 
     def __call__(self, *args, **kwargs):
         with self._lock:
@@ -141,6 +154,7 @@ class _Serialised:
     def __setstate__(self, state: dict) -> None:
         self.fn = state["fn"]
         self._lock = threading.Lock()
+        _LOCKED.add(self)
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -595,3 +609,22 @@ class PerRowLikelihood:
     @cached_property
     def _kernels(self) -> dict:
         return {}
+
+    #: Compiled functions a likelihood may adopt (symbolic pieces stay its own).
+    _COMPILED = (
+        "logp_rows_fn",
+        "grad_rows_fn",
+        "prior_fn",
+        "_prior_value_fn",
+        "batch_logp_rows_fn",
+        "batch_grad_rows_fn",
+        "_prior_hessian_fn",
+    )
+
+    def adopt_kernels(self, other: PerRowLikelihood) -> None:
+        """Use ``other``'s compiled kernels, present and future (one dict): for a likelihood of
+        the same model, variables, arguments and data (:func:`model_likelihood` checks)."""
+        self._kernels = other._kernels
+        for name in self._COMPILED:
+            if name in other.__dict__:
+                self.__dict__[name] = other.__dict__[name]

@@ -381,7 +381,7 @@ def test_a_plain_shared_array_changed_builds_new_kernels_and_the_old_step_refuse
     before = first.likelihood.ratio_kernel()(q1, q0, big)[0]
     xs.set_value(rng.normal(size=50))
     second = _fixed(model, llr_clip=1e9)
-    assert second.likelihood is not first.likelihood
+    assert second.likelihood.ratio_kernel() is not first.likelihood.ratio_kernel()
     assert second.likelihood.ratio_kernel()(q1, q0, big)[0] != before
     with pytest.raises(ValueError, match="data changed.*xs"):
         first.check_data()
@@ -398,8 +398,8 @@ def test_shared_kernels_called_from_threads_keep_each_steps_bound():
     n = 20_000
     model, _ = _shared_model(n=n)
     tight, loose = _fixed(model, llr_clip=1e-6), _fixed(model, llr_clip=1e9)
-    assert tight.likelihood is loose.likelihood
     kernel = tight.likelihood.ratio_kernel()
+    assert loose.likelihood.ratio_kernel() is kernel
     q0 = np.array([0.0])
     worst = []
 
@@ -424,3 +424,74 @@ def test_shared_kernels_called_from_threads_keep_each_steps_bound():
         sys.setswitchinterval(interval)
     assert len(worst) == 5000
     assert max(worst) <= n * 1e-6 * (1 + 1e-9)
+
+
+def test_a_deterministic_made_private_after_a_step_is_kept_out_of_the_next():
+    """A second step adopts kernels, never the first one's analysis: a Deterministic reading a
+    plain shared array that became the private rows was released whole (second review)."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=50)
+    offsets = pytensor.shared(np.zeros(50), name="offsets")
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Deterministic("d", mu + offsets)
+        pm.Normal("y", mu, 1, observed=y)
+    first = _fixed(model, llr_clip=1.0, compile_kwargs={"mode": "FAST_COMPILE"})
+    offsets.set_value(y.copy())
+    with pytest.raises(ValueError, match="data changed.*offsets"):
+        first.check_data()
+    second = _fixed(model, llr_clip=1.0, compile_kwargs={"mode": "FAST_COMPILE"})
+    assert second.likelihood.graph.private_deterministics == ("d",)
+    idata = _run(model, second, draws=5, tune=0, chains=1)
+    assert "d" not in idata.posterior
+
+
+def test_a_start_value_set_after_the_step_was_built_is_refused_at_the_run():
+    """``set_initval`` to the private mean after the step (or its renewal) was built: the run
+    started there and released it (second review; before the shared kernels too)."""
+    model, x = _shared_model()
+    step = _fixed(model, llr_clip=1.0, compile_kwargs={"mode": "FAST_COMPILE"})
+    model.set_initval(model["mu"], x.mean())
+    for s in (step, step):
+        with pytest.raises(ValueError, match="initial value of free variable 'mu' reads private"):
+            _run(model, s, draws=5, tune=0, chains=1)
+    with pytest.raises(ValueError, match="initial value of free variable 'mu' reads private"):
+        _run(model, step.renew(), draws=5, tune=0, chains=1)
+
+
+def test_a_forked_chain_process_can_call_a_kernel_another_thread_held():
+    """PyMC forks chain processes; a kernel's lock held by another thread at the fork would
+    never be released in the child (second review: 20 of 20 children hung)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    model, _ = _shared_model(n=2000)
+    step = _fixed(model, llr_clip=1.0, compile_kwargs={"mode": "FAST_COMPILE"})
+    kernel = step.likelihood.ratio_kernel()
+    q0, q1, bound = np.array([0.0]), np.array([0.5]), np.asarray(1.0)
+    kernel(q1, q0, bound)  # compiled before the fork: a child that waits is waiting on the lock
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            kernel(q1, q0, bound)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    hung = 0
+    try:
+        for _ in range(10):
+            time.sleep(0.01)
+            pid = os.fork()
+            if pid == 0:  # the child: a hang is killed by the alarm
+                signal.alarm(5)
+                kernel(q1, q0, bound)
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            hung += os.WIFSIGNALED(status)
+    finally:
+        stop.set()
+        thread.join()
+    assert hung == 0

@@ -44,6 +44,7 @@ from pymc_dp.accounting._validate import (
 )
 from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.boundary import guarded
+from pymc_dp.graph import _check_initvals as check_initvals
 from pymc_dp.likelihood import PerRowLikelihood, model_likelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
@@ -227,17 +228,24 @@ class DPStep(ArrayStepShared):
             raise PrivacyBudgetError(self.spent_message())
 
     def check_data(self) -> None:
-        """Refuse if the model's ``pm.Data`` changed since the step was built (reads no more
-        than digests; names the containers, never a value)."""
-        now = data_fingerprint(self.likelihood.model, getattr(self.likelihood, "graph", None))
+        """Refuse if the data the step was built on changed (``pm.Data`` and every other array
+        the model reads; digests, names, never a value) or a start value set since reads private
+        data."""
+        graph = getattr(self.likelihood, "graph", None)
+        now = data_fingerprint(self.likelihood.model, graph)
         if now != self._fingerprint:
-            old = {f[0]: f for f in self._fingerprint}
-            changed = sorted(f[0] for f in now if old.get(f[0]) != f) or ["(containers)"]
+            if len(now) == len(self._fingerprint):
+                pairs = zip(now, self._fingerprint, strict=True)
+                changed = [new[0] for new, old in pairs if new != old]
+            else:
+                changed = ["(containers)"]
             raise ValueError(
                 f"The model's data changed since {type(self).__name__} was built "
-                f"(pm.Data {', '.join(changed)}): its calibration (n, delta), checks and kernels "
-                "were made for the old rows. Build a new step on the new data."
+                f"(pm.Data {', '.join(sorted(set(changed)))}): its calibration (n, delta), checks "
+                "and kernels were made for the old rows. Build a new step on the new data."
             )
+        if graph is not None:
+            check_initvals(graph)
 
     def renew(self) -> DPStep:
         """A new step with the same arguments and the same compiled kernels, and a budget of

@@ -34,29 +34,33 @@ from pytensor.tensor.type import TensorType
 __all__ = ["SpendRecord", "data_fingerprint"]
 
 
-def data_fingerprint(model: Model, graph=None) -> tuple:
+def data_fingerprint(model: Model, graph=None, rows_only: bool = False) -> tuple:
     """Shapes, dtypes and digests of the model's ``pm.Data`` containers and of every other
-    array the analysed likelihood ``graph`` reads (a plain ``pytensor.shared`` or constant):
-    what a step was built on; compared, never released."""
-    out = []
-    for var in model.data_vars:
-        out.append(_digest(var.name, var.get_value(borrow=True)))
-    if graph is not None:
-        known = {id(v) for v in model.data_vars}
-        outputs = [v for v in (graph.rows, graph.prior) if v is not None]
-        for var in graph_inputs(outputs):
-            if id(var) in known or not isinstance(var.type, TensorType):
-                continue
-            if isinstance(var, SharedVariable):
-                out.append(_digest(var.name or "(a pytensor.shared)", var.get_value(borrow=True)))
-            elif isinstance(var, Constant) and var.type.ndim:
-                out.append(_digest(var.name or "(a constant)", var.data))
+    array (a plain ``pytensor.shared`` or constant) that the analysed likelihood ``graph``, the
+    model's Deterministics or its Potentials read (``rows_only``: the rows and the prior alone,
+    what compiled kernels read): what a step was built on; compared, never released."""
+    out = [_digest(var.name, var.get_value(borrow=True)) for var in model.data_vars]
+    if graph is None:
+        return tuple(out)
+    known = {id(v) for v in model.data_vars}
+    outputs = [v for v in (graph.rows, graph.prior) if v is not None]
+    if not rows_only:
+        outputs += [*model.deterministics, *model.potentials]
+    for var in graph_inputs(outputs):
+        if id(var) in known or not isinstance(var.type, TensorType):
+            continue
+        known.add(id(var))
+        if isinstance(var, SharedVariable):
+            out.append(_digest(var.name or "(a pytensor.shared)", var.get_value(borrow=True)))
+        elif isinstance(var, Constant) and var.type.ndim:
+            out.append(_digest(var.name or "(a constant)", var.data))
     return tuple(out)
 
 
 def _digest(name: str, value) -> tuple:
     value = np.ascontiguousarray(value)
-    digest = hashlib.blake2b(value.tobytes(), digest_size=16).digest()
+    # the buffer itself: no copy of the rows (tobytes doubled the peak memory)
+    digest = hashlib.blake2b(value.reshape(-1).view(np.uint8), digest_size=16).digest()
     return (name, value.shape, value.dtype.str, digest)
 
 
