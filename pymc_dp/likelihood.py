@@ -107,12 +107,15 @@ def model_likelihood(
         tuple(id(v) for v in vars),
         tuple(id(v) for v in model.named_vars.values()),
         args,
+        str(pytensor.config.mode),
+        pytensor.config.floatX,
     )
     made.fingerprint = data_fingerprint(model, graph, rows_only=True)
     found = _LIVE.get(key)
     if found is not None and found.model is model and found.fingerprint == made.fingerprint:
         made.adopt_kernels(found)
-    _LIVE[key] = made
+    else:  # a live entry stays (older steps may outlive the newest)
+        _LIVE[key] = made
     return made
 
 
@@ -124,6 +127,7 @@ _LOCKED: weakref.WeakSet = weakref.WeakSet()
 def _new_locks_after_fork() -> None:
     for kernel in list(_LOCKED):
         kernel._lock = threading.Lock()
+    COMPILE_LOCK._at_fork_reinit()  # in place: other modules hold this object
 
 
 os.register_at_fork(after_in_child=_new_locks_after_fork)
@@ -141,7 +145,12 @@ class _Serialised:
 
     def __call__(self, *args, **kwargs):
         with self._lock:
-            return self.fn(*args, **kwargs)
+            out = self.fn(*args, **kwargs)
+            # copied under the lock: a function compiled to reuse its output buffers
+            # (allow_gc=False) would otherwise hand this caller the next caller's values
+            if isinstance(out, list):
+                return [np.array(o, copy=True) if isinstance(o, np.ndarray) else o for o in out]
+            return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __getattr__(self, name: str):
         if name in ("fn", "_lock"):  # unpickling: not set yet

@@ -232,7 +232,16 @@ class DPStep(ArrayStepShared):
         the model reads; digests, names, never a value) or a start value set since reads private
         data."""
         graph = getattr(self.likelihood, "graph", None)
-        now = data_fingerprint(self.likelihood.model, graph)
+        model = self.likelihood.model
+        # by name: a chain process may hold an unpickled copy of the model (new objects)
+        added = sorted(set(model.named_vars) - self._model_vars)
+        if added:
+            raise ValueError(
+                f"The model changed since {type(self).__name__} was built (variables added: "
+                f"{', '.join(added)}): its analysis (what is private, what it releases) was made "
+                "on the old model. Build a new step."
+            )
+        now = data_fingerprint(model, graph)
         if now != self._fingerprint:
             if len(now) == len(self._fingerprint):
                 pairs = zip(now, self._fingerprint, strict=True)
@@ -327,6 +336,7 @@ class DPStep(ArrayStepShared):
             **self.likelihood_kwargs,
         )
         self._fingerprint = data_fingerprint(model, getattr(self.likelihood, "graph", None))
+        self._model_vars = frozenset(model.named_vars)
         self._spend = SpendRecord()
         self.n_rows = self.likelihood.n_rows
         self.delta_rule = DELTA_RULE if delta is None else "given"

@@ -25,6 +25,7 @@ import tempfile
 import weakref
 
 import numpy as np
+import scipy.sparse as sp
 from pymc.model import Model
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
@@ -58,8 +59,13 @@ def data_fingerprint(model: Model, graph=None, rows_only: bool = False) -> tuple
 
 
 def _digest(name: str, value) -> tuple:
-    value = np.ascontiguousarray(value)
-    # the buffer itself: no copy of the rows (tobytes doubled the peak memory)
+    if sp.issparse(value):  # a sparse constant: its three arrays
+        parts = [np.ascontiguousarray(a) for a in (value.data, value.indices, value.indptr)]
+        digest = hashlib.blake2b(digest_size=16)
+        for part in parts:
+            digest.update(part.reshape(-1).view(np.uint8))
+        return (name, value.shape, value.dtype.str, digest.digest())
+    value = np.ascontiguousarray(value)  # C-ordered rows: hashed in place, not via tobytes
     digest = hashlib.blake2b(value.reshape(-1).view(np.uint8), digest_size=16).digest()
     return (name, value.shape, value.dtype.str, digest)
 
