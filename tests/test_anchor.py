@@ -217,50 +217,69 @@ def test_anchor_rows_are_clipped_silently():
     np.testing.assert_allclose(out, [[5.0, 0.0], [1.0, 1.0], [0.0, 0.0], [3e-320, 0.0]])
 
 
-def test_planner_mixing_of_an_anchored_chain_is_its_integral():
-    """The planner's acceptance and ESS of an anchored chain in one dimension (anchor at the
-    mean), against the integrals they estimate computed by adaptive quadrature: the acceptance
-    ``E_z E_z' 2 Phi(-k |z' - z| (|z| + |z'|) / 2)`` and the ESS per proposal ``1 / E[z^2 (2 -
-    p(z)) / p(z)]`` (stays capped at the run's length); within 4 sds of the planner's fixed
-    quadrature over 30 seeds."""
-    from scipy import integrate
-    from scipy.special import ndtr
-    from scipy.stats import norm
+def test_simulated_anchored_chain_samples_the_posterior():
+    """The prediction simulates the chain's own algorithm, so it must be a correct sampler: with
+    the penalty test's noise (exact in expectation) and the Hastings term of an adapted
+    independence proposal, pooled draws have the posterior's mean and sd (within 4 Monte Carlo
+    standard errors from their bulk ESS). A wrong sign of the Hastings term or of the penalty
+    fails this."""
+    from arviz_stats.base import array_stats
 
-    from pymc_dp.planner import anchored_mixing
+    from pymc_dp.mixing import simulated_draws
 
-    s, C, sd = 10.0, 2.0, np.array([0.1])
-    k = s * C * sd[0] ** 2  # sigma / 2 in whitened units
-
-    def p_of(z):
-        f = lambda w: norm.pdf(w) * 2 * ndtr(-k * abs(w - z) * (abs(z) + abs(w)) / 2)  # noqa: E731
-        return integrate.quad(f, -9, 9, points=[0.0, z], limit=200)[0]
-
-    zs = np.linspace(-7, 7, 561)
-    ps = np.array([p_of(z) for z in zs])
-    accept = integrate.simpson(norm.pdf(zs) * ps, x=zs)
-    # far states are never left (E[1 / p] diverges): a run sees stays up to its length
-    stay = np.minimum((2 - ps) / ps, 1000.0)
-    tau = integrate.simpson(norm.pdf(zs) * zs**2 * stay, x=zs)
-    runs = np.array([anchored_mixing(s, C, sd, 0.0, cap=1000.0, seed=i) for i in range(30)])
-    got_accept, got_ess = anchored_mixing(s, C, sd, 0.0, cap=1000.0)
-    assert 0.2 < accept < 0.9 and 0.05 < 1 / tau < 0.8  # neither trivially 0 nor 1
-    assert abs(got_accept - accept) <= 4 * runs[:, 0].std()
-    assert abs(got_ess - 1 / tau) <= 4 * runs[:, 1].std()
-    # an anchor off the mean lowers it; a binding cap raises it
-    assert anchored_mixing(s, C, sd, 2.0, cap=1000.0)[1] < got_ess
-    assert anchored_mixing(s, C, sd, 0.0, cap=1.5)[1] > got_ess
+    sd = np.array([0.5, 2.0, 1.0])
+    for s, offset in ((0.0, 0.0), (0.1, 1.0)):
+        kept, accept = simulated_draws(s, 0.5, sd, offset, 16, 500, 1000, per_anchor=4, seed=3)
+        assert 0.05 < accept < 1.0  # the test's noise binds without freezing the chain
+        z = kept.transpose(1, 0, 2) / sd  # (chains, draws, D)
+        ess = array_stats.ess(z, chain_axis=0, draw_axis=1, method="bulk")
+        mean, std = z.mean(axis=(0, 1)), z.std(axis=(0, 1))
+        assert np.all(np.abs(mean) <= 4.0 / np.sqrt(ess)), (s, mean, ess)
+        # the sd's Monte Carlo error: about 1 / sqrt(2 ess) for a Gaussian
+        assert np.all(np.abs(std - 1.0) <= 4.0 / np.sqrt(2.0 * ess)), (s, std, ess)
 
 
-def test_a_chain_that_never_moves_is_worth_one_draw_per_cap():
-    """Stays are capped at the run's proposals: a chain whose test noise is huge is credited
-    exactly ``1 / cap`` of a draw per proposal, i.e. one draw per chain (the floor a stuck run's
-    bulk ESS estimate also sits near)."""
-    from pymc_dp.planner import anchored_mixing
+def test_simulated_mixing_is_seeded_and_falls_with_the_test_noise():
+    """Same inputs, same prediction (the planner's output is a function of public facts); a
+    noisier test mixes less; a chain whose test noise is huge never moves and is credited one
+    draw per chain, with R-hat far above 1."""
+    from pymc_dp.mixing import simulate_anchored_chain
 
-    for cap in (80.0, 800.0):
-        accept, per = anchored_mixing(1e6, 2.0, np.array([0.1, 0.1]), 0.0, cap=cap)
-        assert accept < 1e-6 and per == pytest.approx(1.0 / cap, rel=1e-12)
+    sd = np.full(4, 0.1)
+    args = (2.0, sd, 0.3, 4, 200, 400)
+    calm = simulate_anchored_chain(10.0, *args)
+    assert calm == simulate_anchored_chain(10.0, *args)
+    noisy = simulate_anchored_chain(200.0, *args)
+    assert noisy["ess"] < 0.5 * calm["ess"] and noisy["acceptance"] < calm["acceptance"]
+    stuck = simulate_anchored_chain(1e9, *args)
+    assert stuck["acceptance"] == 0.0 and stuck["ess"] == pytest.approx(4.0, rel=0.5)
+    assert stuck["rhat"] > 2.0
+
+
+@pytest.mark.slow
+def test_predicted_mixing_is_within_2x_of_a_run_on_the_issues_cell():
+    """Issue 24 asks the predicted ESS within 2x of the measured: one seeded run of the anchored
+    DPPenalty (n = 2e4, d = 3, epsilon 5, 4 x (500 + 500)) against the step's own prediction.
+    Measured in two runs: 369 and 422 against 438 and 445 predicted (R-hat 1.011-1.015 against
+    1.010-1.012); the quadrature this replaced was 1.4-6x optimistic at d = 10."""
+    import arviz as az
+
+    X, y = _design(20_000, 7)
+    model = logistic_regression_model(X, y, prior_sd=5.0)
+    clip = pdp.glm_clip(COV_BOUND)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPPenalty(
+            epsilon=5.0, llr_clip=clip.llr_clip, hess_clip=clip.hess_clip, noise_seed=1
+        )
+        predicted = step.predicted_mixing(4, 500, 500)
+        idata = pdp.sample(
+            step=step, draws=500, tune=500, chains=4, cores=1, progressbar=False, random_seed=1
+        )
+    ess = float(az.ess(idata, var_names=["beta"])["beta"].values.min())
+    rhat = float(az.rhat(idata, var_names=["beta"])["beta"].values.max())
+    assert 0.5 <= ess / predicted["ess"] <= 2.0, (ess, predicted)
+    assert rhat <= 1.1 and predicted["rhat"] <= 1.1
 
 
 def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
@@ -296,8 +315,9 @@ def test_planner_predicts_where_an_anchored_chain_mixes(logistic):
     tiny = pdp.plan(model, epsilon=3.0, **kw)
     assert not tiny.anchored["usable"] and tiny.recommended != "DPPenalty(hess_clip)"
     assert any("anchored chain (hess_clip)" in a for a in tiny.advice)
-    # it cannot move: one draw per chain, the cap at the run's 0.8 x draws proposals
-    assert tiny.anchored["ess"] == pytest.approx(tiny.chains, rel=1e-9)
+    # it cannot move: about one draw per chain (a frozen run's bulk ESS), R-hat far above 1
+    assert tiny.anchored["acceptance"] < 0.01 and tiny.anchored["rhat"] > 2.0
+    assert tiny.anchored["ess"] == pytest.approx(tiny.chains, rel=0.25)
     # with four times the per-row information its tilt is below the fit's error: recommended,
     # with its split
     sharp = pdp.plan(

@@ -128,12 +128,14 @@ class AnchoredStep:
         )
 
     def predicted_mixing(self, chains: int, tune: int, draws: int) -> dict:
-        """The anchored chain's predicted ``acceptance``, bulk ``ess`` (all chains) and
-        ``efficiency`` (ESS per independence proposal), from released values only: the warm
-        start's posterior sds (its metric) and error (:func:`pymc_dp.planner.anchored_mixing`).
-        DPHMC is predicted as DPPenalty (its trajectories are not modelled)."""
+        """The anchored chain's predicted ``acceptance`` (of its independence proposals), bulk
+        ``ess`` (all chains, smallest over coordinates) and ``rhat`` (largest), from released
+        values only: the warm start's posterior sds (its metric) and error, by simulating the
+        chain on that Gaussian (:func:`pymc_dp.mixing.simulate_anchored_chain`; seeded, so the
+        same step predicts the same). DPHMC is predicted as DPPenalty (its trajectories are not
+        modelled)."""
         from pymc_dp.accounting._validate import check_count
-        from pymc_dp.planner import anchored_mixing
+        from pymc_dp.mixing import simulate_anchored_chain
 
         if not self.anchored:
             raise ValueError(
@@ -150,9 +152,7 @@ class AnchoredStep:
             self.epsilon, self.delta
         )
         s = self.tempering * np.sqrt(chains * (tune + draws) / (2.0 * chain_mu))
-        proposals = INDEPENDENT_SHARE * draws
-        accept, per = anchored_mixing(s, self.hess_clip, sd, offset, cap=proposals)
-        return {"acceptance": accept, "ess": chains * proposals * per, "efficiency": per}
+        return simulate_anchored_chain(s, self.hess_clip, sd, offset, chains, tune, draws)
 
     def _posterior_sds(self) -> np.ndarray:
         """Posterior sds the warm start measured (its metric: released curvature and prior),
