@@ -137,16 +137,18 @@ class Plan:
     #: over coefficients and the noise sd, in posterior sds).
     suffstats: dict | None = None
     #: An anchored DPPenalty (``hess_clip`` given; else NaN): predicted ``ess`` (all chains),
-    #: ``acceptance`` (of its independence proposals), ``rhat``, ``tilt`` (largest sd of a mean's shift by the anchor's noise, posterior
-    #: sds), ``largest_error`` (median of the largest error of a mean, tilt and Monte Carlo
-    #: error), and whether it is ``usable`` (see the module docstring).
+    #: ``acceptance`` (of its independence proposals), ``rhat``, ``tilt`` (largest sd of a
+    #: mean's shift by the anchor's noise, posterior sds), ``largest_error`` (median of the
+    #: largest error of a mean, tilt and Monte Carlo error), and whether it is ``usable`` (see
+    #: the module docstring).
     anchored: dict | None = None
 
     def _anchored_line(self) -> str:
         an = self.anchored
         return (
             f"  DPPenalty(hess_clip) (Taylor anchor): acceptance ~{an['acceptance']:.2f}, ESS "
-            f"~{an['ess']:.3g} (all chains), R-hat ~{an['rhat']:.3g}, anchor tilt sd ~{an['tilt']:.2f} posterior sds; "
+            f"~{an['ess']:.3g} (all chains), R-hat ~{an['rhat']:.3g}, anchor tilt sd "
+            f"~{an['tilt']:.2f} posterior sds; "
             f"largest error ~{an['largest_error']:.2f}"
             + ("" if an["usable"] else "  -- will not give a usable chain")
         )
