@@ -41,10 +41,13 @@ from pymc_dp.step_methods.anchoring import INDEPENDENT_SHARE, LOCAL_TARGET_ACCEP
 
 __all__ = ["REPLICATES", "simulate_anchored_chain", "simulated_draws"]
 
-#: Runs (of ``chains`` chains each, with their own warm-start error) the prediction is the
-#: median over. Between runs of one setting the smallest bulk ESS varies about 3x (measured on
-#: real runs at d = 10: 95-335), so one simulated run would predict a lottery.
-REPLICATES = 8
+#: Runs (of ``chains`` chains each, with their own warm-start error and tilt) the prediction is
+#: the median over. Between runs of one setting the smallest bulk ESS varies about 3x (measured
+#: on real runs at d = 10: 48-335). Measured spread of the prediction over five simulation seeds
+#: at d = 10: 8 runs 224-438 (review), 16 runs 127-241, 32 runs 128-162 (7 s a call).
+REPLICATES = 32
+#: Replicates simulated together (memory: draws x chains x D per group).
+_GROUP = 8
 
 
 def simulate_anchored_chain(
@@ -55,6 +58,10 @@ def simulate_anchored_chain(
     chains: int,
     tune: int,
     draws: int,
+    *,
+    tilt_sd: float | np.ndarray = 0.0,
+    anchor_cov: np.ndarray | None = None,
+    warm_cov: np.ndarray | None = None,
     replicates: int = REPLICATES,
     seed: int = 0,
 ) -> dict:
@@ -71,49 +78,76 @@ def simulate_anchored_chain(
     posterior_sd : ndarray (D,)
         Posterior sds of the coordinates the likelihood reads.
     offset_sd : float or ndarray (D,)
-        The warm start's error (its mean, the anchor and the proposal's first centre) in
-        posterior sds per coordinate; its noise-aware covariance is widened to match.
+        The warm start's error (its mean is the anchor and the proposal's first centre) in
+        posterior sds per coordinate; ignored where ``anchor_cov`` is given.
     chains, tune, draws : int
         The run.
+    tilt_sd : float or ndarray (D,)
+        Sd of the shift of the chain's target by the anchor's noise, in posterior sds: it moves
+        the target away from the anchor, where the test is noisier.
+    anchor_cov, warm_cov : ndarray (D, D), optional
+        The warm start's error covariance and its noise-aware covariance (the proposal's first
+        shape), as released; default ``diag((offset_sd sd)^2)`` and ``diag(sd^2) + anchor_cov``.
     """
     sd = np.asarray(posterior_sd, float)
-    kept, acceptance = simulated_draws(
-        s, hess_clip, sd, offset_sd, chains * replicates, tune, draws, chains, seed
-    )
-    ess, rhat = [], []
-    for r in range(replicates):
-        run = (kept[:, r * chains : (r + 1) * chains] / sd).transpose(1, 0, 2)
-        with np.errstate(all="ignore"):
-            e = array_stats.ess(run, chain_axis=0, draw_axis=1, method="bulk")
-            h = array_stats.rhat(run, chain_axis=0, draw_axis=1) if chains > 1 else np.ones(sd.size)
-        # a coordinate that never moved has no ESS: a stuck run is worth one draw per chain
-        ess.append(float(np.min(np.where(np.isfinite(e), e, chains))))
-        rhat.append(float(np.max(np.where(np.isfinite(h), h, np.inf))))
-    return {"acceptance": acceptance, "ess": float(np.median(ess)), "rhat": float(np.median(rhat))}
+    dim = sd.size
+    if anchor_cov is None:
+        off = np.broadcast_to(np.asarray(offset_sd, float), (dim,))
+        anchor_cov = np.diag((off * sd) ** 2)
+    if warm_cov is None:
+        warm_cov = np.diag(sd**2) + anchor_cov
+    tilt = np.broadcast_to(np.asarray(tilt_sd, float), (dim,)) * sd
+    rng = np.random.default_rng(seed)
+    ess, rhat, accepted = [], [], []
+    for first in range(0, replicates, _GROUP):
+        runs = min(_GROUP, replicates - first)
+        kept, acceptance = simulated_draws(
+            s, hess_clip, sd, anchor_cov, warm_cov, tilt, runs, chains, tune, draws, rng
+        )
+        accepted.append(acceptance)
+        for r in range(runs):
+            run = (kept[:, r * chains : (r + 1) * chains] / sd).transpose(1, 0, 2)
+            with np.errstate(all="ignore"):
+                e = array_stats.ess(run, chain_axis=0, draw_axis=1, method="bulk")
+                h = array_stats.rhat(run, chain_axis=0, draw_axis=1) if chains > 1 else 1.0
+            # a coordinate that never moved has no ESS: a stuck run is worth one draw per chain
+            ess.append(float(np.min(np.where(np.isfinite(e), e, chains))))
+            rhat.append(float(np.max(np.where(np.isfinite(h), h, np.inf))))
+    return {
+        "acceptance": float(np.mean(accepted)),
+        "ess": float(np.median(ess)),
+        "rhat": float(np.median(rhat)),
+    }
 
 
 def simulated_draws(
     s: float,
     hess_clip: float,
     sd: np.ndarray,
-    offset_sd: float | np.ndarray,
-    n: int,
+    anchor_cov: np.ndarray,
+    warm_cov: np.ndarray,
+    tilt: np.ndarray,
+    runs: int,
+    chains: int,
     tune: int,
     draws: int,
-    per_anchor: int = 1,
-    seed: int = 0,
+    rng: np.random.Generator,
 ) -> tuple[np.ndarray, float]:
-    """``(draws (draws, n, D), acceptance of the independence proposals)`` of ``n`` simulated
-    anchored chains on ``N(0, diag(sd^2))``, consecutive groups of ``per_anchor`` chains sharing
-    one warm start (a run's chains do). :func:`simulate_anchored_chain` summarises them."""
-    dim = sd.size
-    rng = np.random.default_rng(seed)
-    off = np.broadcast_to(np.asarray(offset_sd, float), (dim,))
-    warm_cov = np.diag(sd**2 * (1.0 + off**2))  # the noise-aware covariance: posterior + error
-    anchor = np.repeat(rng.standard_normal((n // per_anchor, dim)) * off * sd, per_anchor, axis=0)
-    q = anchor + rng.standard_normal((n, dim)) @ np.linalg.cholesky(warm_cov).T
+    """``(draws (draws, runs x chains, D), acceptance of the independence proposals)`` of
+    ``runs`` simulated runs of ``chains`` anchored chains. Each run has its own warm start (the
+    anchor, off the posterior mean 0 by a draw of ``anchor_cov``) and its own target
+    ``N(c, diag(sd^2))``, ``c`` a draw of ``N(0, diag(tilt^2))`` (the anchor's tilt); its chains
+    share both, as a real run's do. :func:`simulate_anchored_chain` summarises them."""
+    dim, n = sd.size, runs * chains
+    warm_cov = np.asarray(warm_cov, float)
+    w, v = np.linalg.eigh(np.asarray(anchor_cov, float))  # PSD: a zero error is allowed
+    per_run = rng.standard_normal((runs, dim)) @ (v * np.sqrt(np.maximum(w, 0.0))).T
+    anchor = np.repeat(per_run, chains, axis=0)
+    target = np.repeat(rng.standard_normal((runs, dim)) * tilt, chains, axis=0)
+    warm_chol = np.linalg.cholesky(warm_cov)
+    q = anchor + rng.standard_normal((n, dim)) @ warm_chol.T  # a draw of the warm start
     centre = anchor.copy()
-    chol = np.repeat(np.linalg.cholesky(warm_cov)[None], n, axis=0)
+    chol = np.repeat(warm_chol[None], n, axis=0)
     solve = np.linalg.inv(chol)
     windows = [WindowedCovariance(warm_cov, tune, initial_mean=a) for a in anchor]
     steps = [DualAverageAdaptation(1.0, LOCAL_TARGET_ACCEPT, 0.05, 0.75, 10) for _ in range(n)]
@@ -136,7 +170,7 @@ def simulated_draws(
         walk = q + chol[rows, :, j] * move[:, None]
         new = np.where(local[:, None], walk, new)
         hastings = np.where(local, 0.0, hastings)
-        log_post = -0.5 * (((new / sd) ** 2).sum(1) - ((q / sd) ** 2).sum(1))
+        log_post = -0.5 * ((((new - target) / sd) ** 2).sum(1) - (((q - target) / sd) ** 2).sum(1))
         far = np.linalg.norm(q - anchor, axis=1) + np.linalg.norm(new - anchor, axis=1)
         sigma = s * hess_clip * np.linalg.norm(new - q, axis=1) * far
         log_alpha = log_post + hastings + sigma * rng.standard_normal(n) - 0.5 * sigma**2

@@ -479,9 +479,19 @@ def _anchored_prediction(
     offset_sd = warm_error / math.sqrt(ANCHORED_WARM_START)
     if active is not None:  # prior-only coordinates move freely: not in the test's bound
         posterior_sd = posterior_sd[np.asarray(active, bool)]
-    mix = simulate_anchored_chain(s, hess_clip, posterior_sd, offset_sd, chains, tune, draws)
-    ess = mix["ess"]
+    # the anchor's noise shifts each mean by sd_j x noise_sd posterior sds (its tilt)
     noise_sd = 2.0 * grad_clip / math.sqrt(2.0 * DEFAULT_ANCHOR_SHARE * mu)
+    mix = simulate_anchored_chain(
+        s,
+        hess_clip,
+        posterior_sd,
+        offset_sd,
+        chains,
+        tune,
+        draws,
+        tilt_sd=posterior_sd * noise_sd,
+    )
+    ess = mix["ess"]
     tilt = float(np.max(posterior_sd) * noise_sd)
     # a mean's error sd: the tilt (one draw of the anchor's noise) and the Monte Carlo error
     per = math.sqrt(tilt**2 + 1.0 / max(ess, 1e-12))

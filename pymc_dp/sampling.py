@@ -366,7 +366,9 @@ def _anchored_advice(step: DPStep, run) -> str:
         longer, draws = None, run.draws
         while longer is None and draws < LONGEST_ADVISED_RUN:
             draws = min(2 * draws, LONGEST_ADVISED_RUN)
-            if step.predicted_mixing(run.chains, run.tune, draws)["ess"] >= ESS_FOR_MCMC:
+            # a screen: a quarter of the replicates (the search may ask five lengths)
+            screen = step.predicted_mixing(run.chains, run.tune, draws, replicates=8)
+            if screen["ess"] >= ESS_FOR_MCMC:
                 longer = draws
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""

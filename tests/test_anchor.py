@@ -227,9 +227,12 @@ def test_simulated_anchored_chain_samples_the_posterior():
 
     from pymc_dp.mixing import simulated_draws
 
-    sd = np.array([0.5, 2.0, 1.0])
+    sd, rng = np.array([0.5, 2.0, 1.0]), np.random.default_rng(3)
     for s, offset in ((0.0, 0.0), (0.1, 1.0)):
-        kept, accept = simulated_draws(s, 0.5, sd, offset, 16, 500, 1000, per_anchor=4, seed=3)
+        cov = np.diag((offset * sd) ** 2)
+        kept, accept = simulated_draws(
+            s, 0.5, sd, cov, np.diag(sd**2) + cov, 0.0 * sd, 4, 4, 500, 1000, rng
+        )
         assert 0.05 < accept < 1.0  # the test's noise binds without freezing the chain
         z = kept.transpose(1, 0, 2) / sd  # (chains, draws, D)
         ess = array_stats.ess(z, chain_axis=0, draw_axis=1, method="bulk")
@@ -356,7 +359,7 @@ def test_a_short_anchored_run_is_told_how_long_a_run_would_mix():
 
     def step(ess):
         return SimpleNamespace(
-            predicted_mixing=lambda c, t, d: {"acceptance": 0.5, "ess": ess(d), "efficiency": 0}
+            predicted_mixing=lambda c, t, d, replicates=None: {"acceptance": 0.5, "ess": ess(d)}
         )
 
     cases = (

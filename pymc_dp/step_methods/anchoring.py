@@ -127,14 +127,19 @@ class AnchoredStep:
             {k: float(v) for k, v, a in zip(labels, tilt, self._active, strict=True) if a}
         )
 
-    def predicted_mixing(self, chains: int, tune: int, draws: int) -> dict:
+    def predicted_mixing(
+        self, chains: int, tune: int, draws: int, replicates: int | None = None
+    ) -> dict:
         """The anchored chain's predicted ``acceptance`` (of its independence proposals), bulk
         ``ess`` (all chains, smallest over coordinates) and ``rhat`` (largest), from released
-        values only: the warm start's posterior sds (its metric) and error, by simulating the
-        chain on that Gaussian (:func:`pymc_dp.mixing.simulate_anchored_chain`; seeded, so the
-        same step predicts the same). DPHMC is predicted as DPPenalty (its trajectories are not
-        modelled)."""
+        values only (the warm start's posterior sds, its error and noise-aware covariances, the
+        anchor's tilt), by simulating the chain on that Gaussian
+        (:func:`pymc_dp.mixing.simulate_anchored_chain`; seeded, so the same step predicts the
+        same). DPHMC is predicted as DPPenalty (its trajectories are not
+        modelled). ``replicates``: simulated runs (default :data:`pymc_dp.mixing.REPLICATES`;
+        fewer is faster and noisier)."""
         from pymc_dp.accounting._validate import check_count
+        from pymc_dp.anchor import tilt_sds
         from pymc_dp.mixing import simulate_anchored_chain
 
         if not self.anchored:
@@ -148,11 +153,30 @@ class AnchoredStep:
         active = self._active
         sd = self._posterior_sds()[active]
         offset = np.sqrt(np.diag(self.warm.noise_cov)[active]) / sd
+        block = np.ix_(active, active)
+        # E|shift| = sqrt(2 / pi) x its sd
+        tilt = tilt_sds(self.anchor, np.diag(self._posterior_sds() ** 2), self.tempering, active)
         chain_mu = (1.0 - self.warm_start_share - self.anchor_share) * gaussian_mu_for_budget(
             self.epsilon, self.delta
         )
         s = self.tempering * np.sqrt(chains * (tune + draws) / (2.0 * chain_mu))
-        return simulate_anchored_chain(s, self.hess_clip, sd, offset, chains, tune, draws)
+        return simulate_anchored_chain(
+            s,
+            self.hess_clip,
+            sd,
+            offset,
+            chains,
+            tune,
+            draws,
+            tilt_sd=tilt[active] * np.sqrt(np.pi / 2.0),
+            anchor_cov=self.warm.noise_cov[block],
+            warm_cov=self.warm.posterior_cov[block],
+            **(
+                {}
+                if replicates is None
+                else {"replicates": check_count(replicates, "replicates", minimum=1)}
+            ),
+        )
 
     def _posterior_sds(self) -> np.ndarray:
         """Posterior sds the warm start measured (its metric: released curvature and prior),
