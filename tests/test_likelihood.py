@@ -275,8 +275,31 @@ def test_steps_on_one_model_share_kernels_until_the_model_or_data_change():
     prior_now = grown.likelihood.ratio_kernel()(*at)[1]
     assert prior_now == pytest.approx(changed.likelihood.ratio_kernel()(*at)[1] - 1.0)
 
-    alive = len(_LIVE)
+    alive = sum(len(steps) for steps in _LIVE.values())
     del first, second, changed, grown, a, b, kernel
     gc.collect()
-    assert len(_LIVE) < alive
-    assert all(lik.model is not model for lik in _LIVE.values())
+    assert sum(len(steps) for steps in _LIVE.values()) < alive
+    assert all(lik.model is not model for steps in _LIVE.values() for lik in steps)
+
+
+def test_kernels_stay_shared_while_any_step_using_them_lives():
+    """A loop that builds a step, samples, and builds the next drops the step that compiled the
+    kernels while its successor still uses them: the third step must adopt them from the second
+    (before, every other step recompiled: 22 s against 2 s on a d = 3 logistic regression)."""
+    import gc
+
+    rng = np.random.default_rng(1)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu, 1.0, observed=rng.normal(size=20))
+
+    def make():
+        with model:
+            return pdp.DPPenalty(noise_multiplier=1.0, llr_clip=1.0, proposal_scale=0.1)
+
+    step = make()
+    kernel = step.likelihood.ratio_kernel()
+    for _ in range(3):
+        step = make()  # the previous step dies here
+        gc.collect()
+        assert step.likelihood.ratio_kernel() is kernel
