@@ -52,9 +52,10 @@ clip bounds and the priors, never the data values, and predicts:
   2``, the anchor and warm start off by the warm start's predicted error, the independence
   proposal adapted from the simulated warm-up draws; seeded), the tilt of a mean by the anchor's
   noise (sd ``sd_j x 2 grad_clip / sqrt(2 x 0.6 mu)``) and the largest error of a mean.
-  Measured (4 x (1000 + 1000)): 606 predicted against 580-614 on a d = 3 logistic regression,
-  150 against 48-335 measured in six runs at d = 10 on ``synthetic_1e5``, 4 against 4
-  on ``fair``, where the chain never moves. It is not recommended when the likelihood reads a
+  Measured (4 x (1000 + 1000); bulk ESS min / median of three runs): 608 predicted against
+  367 / 693 on a d = 3 logistic regression, 206 against 86 / 219 at d = 10 on
+  ``synthetic_1e5`` (48-335 over eight runs), 4 against 4 on ``fair``, where the chain never
+  moves. It is not recommended when the likelihood reads a
   transformed variable (a GLM's ``hess_clip`` does not hold there);
 * feasibility (will the recommended sampler, in at least half of its runs, give every mean
   within 0.5 posterior sd and every sd within [0.67, 1.5] of the non-private posterior? With

@@ -250,7 +250,7 @@ class DPStep(ArrayStepShared):
                 changed = ["(containers)"]
             raise ValueError(
                 f"The model's data changed since {type(self).__name__} was built "
-                f"(pm.Data {', '.join(sorted(set(changed)))}): its calibration (n, delta), checks "
+                f"(changed: {', '.join(sorted(set(changed)))}): its calibration (n, delta), checks "
                 "and kernels were made for the old rows. Build a new step on the new data."
             )
         if graph is not None:
