@@ -259,7 +259,15 @@ def run_groups(
     penalty test over its group's rows (the others' remainders are 0); ``beta`` the same over
     all rows. A replaced row changes at most two group tests of a sweep, each by at most its
     bound ``b_g`` with noise ``2 s b_g`` (or one by ``2 b_g``): the sweep's group tests cost one
-    test's privacy loss (parallel composition), so a sweep is two tests."""
+    test's privacy loss (parallel composition), so a sweep is two tests (a review checked it
+    against Dong, Roth & Su's adaptive composition: the per-test loss ``c_h / (2 s)`` is fixed by
+    the pair of data sets, not by the history).
+
+    A measurement of utility, not a private output: the tests' noise comes from the public
+    ``seed``, in the proposals' stream. Before it is a step (review): mask each remainder by its
+    row's group explicitly over all rows (the zeros outside ``g`` hold by construction and were
+    measured exact, but depend on how the kernel is compiled), draw the noise from a secret
+    stream of its own, snapped like the package's releases."""
     lap, _, mu, anchor, ratio, prec, _ = _setup(eps, fit, anchor_share, seed)
     warm = lap.warm
     a, big = anchor.point, anchor.gradient
