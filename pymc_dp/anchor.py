@@ -147,15 +147,22 @@ class AnchoredRatio:
             self._q, self._lp = q.copy(), np.asarray(self._likelihood.logp_rows(q), float)
         return self._lp
 
-    def __call__(self, q_new: np.ndarray, q: np.ndarray, bound: float) -> tuple[float, float]:
+    def __call__(
+        self, q_new: np.ndarray, q: np.ndarray, bound: float, rows: np.ndarray | None = None
+    ) -> tuple[float, float]:
         """``(sum_i clip(rho_i, +-bound), exact clipped fraction)``; the fraction is a diagnostic
-        (unprivatised). ``q_new``'s per-row values are cached for the next call when accepted."""
+        (unprivatised). ``rows`` (bool, one per row, private) keeps only those rows' terms: the
+        others count 0 whatever the kernel gives them. ``q_new``'s per-row values are cached for
+        the next call when accepted."""
         lp_old = self._rows_at(q)
         lp_new = np.asarray(self._likelihood.logp_rows(q_new), float)
         with np.errstate(invalid="ignore", over="ignore"):
             rho = lp_new - lp_old - self._rows @ (q_new - q)
         # NaN (-inf - -inf) -> 0, +-inf -> +-bound: inside the bound for every row
         clipped = np.where(np.isnan(rho), 0.0, np.clip(rho, -bound, bound))
+        if rows is not None:
+            clipped = np.where(rows, clipped, 0.0)
+            rho = np.where(rows, rho, 0.0)
         self._pending = (q_new.copy(), lp_new)
         return float(clipped.sum()), float(np.mean(np.abs(rho) > bound))
 

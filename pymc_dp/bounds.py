@@ -48,12 +48,20 @@ class GLMClip:
         ``exp(eta_bound)``, normal ``1 / sigma^2``. The sensitivity basis of a curvature release
         (a noisy Fisher information): replacing one row moves the sum by at most ``2 hess_clip``
         (Frobenius) when the released matrix is the sum of those per-row matrices.
+    curvature : float
+        ``w_max``, the bound on ``-d^2 l_i / d eta^2`` itself.
+    covariate_bounds : numpy.ndarray
+        ``c``, the public covariate bounds given. With ``curvature`` they bound a row's Taylor
+        remainder along its own linear predictor (rank one: ``w_max |x'D| (|x'u| + |x'u'|) / 2``
+        with ``|x'v| <= sum_j c_j |v_j|``), which :class:`~pymc_dp.DPGroupGibbs` tests with.
     """
 
     llr_clip: np.ndarray
     grad_clip: float
     lipschitz: float
     hess_clip: float
+    curvature: float = math.nan
+    covariate_bounds: np.ndarray | None = None
 
 
 def glm_clip(
@@ -106,4 +114,6 @@ def glm_clip(
         grad_clip=lip * float(np.linalg.norm(c)),
         lipschitz=lip,
         hess_clip=curv * float(c @ c),  # not norm**2: sqrt(3)**2 != 3 in floating point
+        curvature=curv,
+        covariate_bounds=c,
     )

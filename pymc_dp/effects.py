@@ -67,6 +67,8 @@ class Effects:
     inputs: tuple[Variable, ...]
     psi: tuple[Variable, ...]
     n_effects: int
+    #: Each effect's gather index (the rows' group column: private data, never returned).
+    indices: tuple[Variable, ...] = ()
 
 
 def _gather(var: Variable) -> tuple[Variable, Variable] | None:
@@ -213,7 +215,13 @@ def find_effects(graph: ModelGraph, value_vars) -> Effects | None:
         if id(v) in read:
             psi.append(values[v.name])
             inputs.append(v)
-    return Effects(rows=rows, inputs=tuple(inputs), psi=tuple(psi), n_effects=len(ordered))
+    return Effects(
+        rows=rows,
+        inputs=tuple(inputs),
+        psi=tuple(psi),
+        n_effects=len(ordered),
+        indices=tuple(idx for _, idx in ordered),
+    )
 
 
 def _evaluate(var: Variable, value_vars, point) -> np.ndarray:

@@ -37,14 +37,20 @@ __all__ = ["DPLaplace"]
 
 
 def _effect_likelihood(likelihood: PerRowLikelihood):
+    """The likelihood in its group effects' coordinates, or None; kept on ``likelihood`` (the
+    same rows: steps sharing it share these kernels too, as they share its own)."""
     from pymc_dp.effects import EffectLikelihood, find_effects, prior_moments
 
+    if "_effects_cache" in likelihood.__dict__:
+        return likelihood.__dict__["_effects_cache"]
     effects = find_effects(likelihood.graph, likelihood.vars)
-    if effects is None:
-        return None
-    moments = prior_moments(likelihood.model, likelihood.vars, effects.psi)
+    moments = (
+        None if effects is None else prior_moments(likelihood.model, likelihood.vars, effects.psi)
+    )
     # a prior without draws (pm.Flat): the fit stays in the model's coordinates
-    return None if moments is None else EffectLikelihood(likelihood, effects, moments)
+    found = None if moments is None else EffectLikelihood(likelihood, effects, moments)
+    likelihood.__dict__["_effects_cache"] = found
+    return found
 
 
 class DPLaplace(DPStep):
