@@ -20,6 +20,7 @@ from pymc_dp.sampling import PrivacyReport, privacy_report, sample, sanitize
 from pymc_dp.step_methods import (
     DPHMC,
     DPBarker,
+    DPGroupGibbs,
     DPLaplace,
     DPMinibatchPenalty,
     DPPenalty,
@@ -32,6 +33,7 @@ __version__ = "0.2.0"
 __all__ = [
     "BarkerMechanism",
     "DPBarker",
+    "DPGroupGibbs",
     "DPHMC",
     "DPLaplace",
     "DPMinibatchPenalty",

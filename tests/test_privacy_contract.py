@@ -37,6 +37,35 @@ def regression():
     return model, X, y
 
 
+@pytest.fixture(scope="module")
+def grouped():
+    """The same regression with a random intercept ``tau * z[group]`` (group column private),
+    for the steps that need group effects (``GROUPED``)."""
+    rng = np.random.default_rng(9)
+    X = np.clip(rng.normal(size=(N, 2)), -3, 3)
+    g = rng.integers(0, 4, N)
+    y = X @ np.array([1.0, -0.5]) + 0.5 * rng.normal(size=4)[g] + rng.normal(size=N)
+    coords = {"person": [f"id-{i:04d}" for i in range(N)], "coef": ["a", "b"]}
+    with pm.Model(coords=coords) as model:
+        Xd = pm.Data("X", X, dims=("person", "coef"))
+        gd = pm.Data("group", g, dims="person")
+        beta = pm.Normal("beta", 0, 3, dims="coef")
+        sigma = pm.HalfNormal("sigma", 2)
+        tau, z = pm.HalfNormal("tau", 1.0), pm.Normal("z", 0, 1, shape=4)
+        fitted = pm.Deterministic("fitted", pm.math.dot(Xd, beta) + tau * z[gd], dims="person")
+        pm.Deterministic("beta_ratio", beta[0] / beta[1])
+        pm.Normal("y", fitted, sigma, observed=y, dims="person")
+    return model, X, y
+
+
+#: Steps that need group effects: they run on ``grouped`` (same names, plus ``tau`` and ``z``).
+GROUPED = {"group_gibbs"}
+
+
+def _data(name, regression, grouped):
+    return grouped if name in GROUPED else regression
+
+
 STEPS = {
     "penalty": lambda **kw: pdp.DPPenalty(llr_clip=3.0, proposal_scale=0.05, **kw),
     "hmc": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, step_size=0.01, n_steps=3, **kw),
@@ -69,6 +98,11 @@ STEPS = {
         hess_clip=10.0,
         compile_kwargs={"mode": "FAST_COMPILE"},
         **kw,
+    ),
+    # group effect, beta (2) and sigma: the rows' bounds; a Normal row with its scale free is no
+    # GLM, so they bound nothing here: clipped, like the anchored entries above
+    "group_gibbs": lambda **kw: pdp.DPGroupGibbs(
+        glm=pdp.glm_clip(np.ones(4)), compile_kwargs={"mode": "FAST_COMPILE"}, **kw
     ),
 }
 #: Budgets: DP Barker has no noise knob, so its budget must cover what it spends.
@@ -110,17 +144,23 @@ def test_every_step_class_is_covered():
     made = set()
     with pm.Model():
         pm.Normal("x", pm.Normal("m"), 1, observed=np.zeros(200))
-        for name in STEPS:
+        for name in set(STEPS) - GROUPED:
+            made.add(type(_make(pm.modelcontext(None), name)))
+    with pm.Model():  # three groups and three coefficients: the bounds of "group_gibbs"
+        z, b = pm.Normal("z", shape=3), pm.Normal("b", shape=3)
+        eta = pm.Normal("m") + z[np.arange(200) % 3] + np.ones((200, 3)) @ b
+        pm.Normal("x", eta, 1, observed=np.zeros(200))
+        for name in GROUPED:
             made.add(type(_make(pm.modelcontext(None), name)))
     assert classes <= made, f"steps without a contract entry: {classes - made}"
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_output_is_the_whitelist(regression, name):
+def test_output_is_the_whitelist(regression, grouped, name):
     """Only posterior and sample_stats; only free variables and deterministics that read no
     data; only the step's declared privatised stats; no data value anywhere; no person ids;
     only ledger and software attrs."""
-    model, X, y = regression
+    model, X, y = _data(name, regression, grouped)
     step = _make(model, name)
     idata = _sample(model, step, discard_tuned_samples=False)
     assert set(idata.children) == {
@@ -130,7 +170,8 @@ def test_output_is_the_whitelist(regression, name):
         "warmup_sample_stats",
     }
     for group in ("posterior", "warmup_posterior"):
-        assert set(idata[group].data_vars) == {"beta", "sigma", "beta_ratio"}  # no "fitted"
+        effects = {"tau", "z"} if name in GROUPED else set()
+        assert set(idata[group].data_vars) == {"beta", "sigma", "beta_ratio"} | effects
     for group in ("sample_stats", "warmup_sample_stats"):
         assert set(idata[group].data_vars) == set(step.releasable_stat_names())
     for path, var, arr in _arrays(idata):
@@ -145,8 +186,8 @@ def test_output_is_the_whitelist(regression, name):
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_budget_covers_chains_and_tuning(regression, name):
-    model, _, _ = regression
+def test_budget_covers_chains_and_tuning(regression, grouped, name):
+    model, _, _ = _data(name, regression, grouped)
     step = _make(model, name)
     idata = _sample(model, step, chains=3, tune=15, draws=25)
     ledger = pdp.PrivacyLedger.from_attrs(idata.attrs)
@@ -164,9 +205,9 @@ def test_budget_covers_chains_and_tuning(regression, name):
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_overspending_run_is_refused_before_touching_data(regression, name):
-    model, _, _ = regression
-    if name in ("laplace", "laplace_nuts", "suffstats"):  # one release of the whole budget
+def test_overspending_run_is_refused_before_touching_data(regression, grouped, name):
+    model, _, _ = _data(name, regression, grouped)
+    if name in ("laplace", "laplace_nuts", "suffstats", "group_gibbs"):  # calibrated to epsilon
         with pytest.raises(ValueError, match="noise_multiplier"):
             _make(model, name, noise_multiplier=0.5)
         return
@@ -192,8 +233,8 @@ def test_overspending_run_is_refused_before_touching_data(regression, name):
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_stats_are_declared_once_and_releasable_by_default(regression, name):
-    model, _, _ = regression
+def test_stats_are_declared_once_and_releasable_by_default(regression, grouped, name):
+    model, _, _ = _data(name, regression, grouped)
     step = _make(model, name)
     declared = type(step).stats
     assert set(step.stats_dtypes_shapes) == step.releasable_stat_names()
@@ -204,8 +245,8 @@ def test_stats_are_declared_once_and_releasable_by_default(regression, name):
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_chain_beyond_the_plan_is_refused_under_plain_pm_sample(regression, name):
-    model, _, _ = regression
+def test_chain_beyond_the_plan_is_refused_under_plain_pm_sample(regression, grouped, name):
+    model, _, _ = _data(name, regression, grouped)
     step = _make(model, name, chains=1)
     with model, warnings.catch_warnings(), pytest.raises(Exception, match="Chain 2 of a run"):
         warnings.simplefilter("ignore")
@@ -213,8 +254,8 @@ def test_chain_beyond_the_plan_is_refused_under_plain_pm_sample(regression, name
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_iteration_beyond_the_plan_raises(regression, name):
-    model, _, _ = regression
+def test_iteration_beyond_the_plan_raises(regression, grouped, name):
+    model, _, _ = _data(name, regression, grouped)
     step = _make(model, name, chains=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -228,10 +269,10 @@ def test_iteration_beyond_the_plan_raises(regression, name):
 
 @pytest.mark.parametrize("name", list(STEPS))
 @pytest.mark.parametrize("other", ["slice", "nuts", "dp"])
-def test_step_next_to_another_step_is_refused(regression, name, other):
+def test_step_next_to_another_step_is_refused(regression, grouped, name, other):
     """PyMC's samplers write the exact lp / energy (NUTS even at tune=0 without moving), and a
     second DP step would spend a second budget: refused in setup_chain and in pdp.sample."""
-    model, _, _ = regression
+    model, _, _ = _data(name, regression, grouped)
     step = _make(model, name, chains=1)
     with model:
         second = {
@@ -247,11 +288,11 @@ def test_step_next_to_another_step_is_refused(regression, name, other):
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_noise_is_secret_unless_seeded(regression, name):
+def test_noise_is_secret_unless_seeded(regression, grouped, name):
     """The same random_seed reproduces proposals, never the noise (OS entropy); noise_seed
     reproduces the run and the ledger says so. A warm start spends its noise when the step is
     made, so those steps are made twice."""
-    model, _, _ = regression
+    model, _, _ = _data(name, regression, grouped)
     warm = name in (
         "laplace",
         "laplace_nuts",
@@ -260,6 +301,7 @@ def test_noise_is_secret_unless_seeded(regression, name):
         "hmc_zero_tuning",
         "penalty_anchored",
         "hmc_anchored",
+        "group_gibbs",
     )
 
     def runs(noise_seed=None):

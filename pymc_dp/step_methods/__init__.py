@@ -8,6 +8,8 @@
   :mod:`~pymc_dp.step_methods.barker_correction`);
 * :mod:`~pymc_dp.step_methods.laplace`: :class:`DPLaplace` (draws from a private, noise-aware
   Laplace fit: all of the budget in a warm start);
+* :mod:`~pymc_dp.step_methods.group_gibbs`: :class:`DPGroupGibbs` (random-effect GLMs: Gibbs by
+  group, each group's move tested on its own rows);
 * :mod:`~pymc_dp.step_methods.suffstats`: :class:`DPSuffStats` (Normal linear regression: its
   sufficient statistics released in two stages, NUTS on the noise-aware posterior);
 * :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
@@ -17,6 +19,7 @@
 from pymc_dp.runplan import PrivacyBudgetError
 from pymc_dp.step_methods.barker import DPBarker
 from pymc_dp.step_methods.base import DPStep, Stat
+from pymc_dp.step_methods.group_gibbs import DPGroupGibbs
 from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.laplace import DPLaplace
 from pymc_dp.step_methods.minibatch_penalty import DPMinibatchPenalty
@@ -26,6 +29,7 @@ from pymc_dp.step_methods.suffstats import DPSuffStats
 __all__ = [
     "DPHMC",
     "DPBarker",
+    "DPGroupGibbs",
     "DPLaplace",
     "DPMinibatchPenalty",
     "DPPenalty",

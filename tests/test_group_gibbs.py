@@ -1,0 +1,253 @@
+"""DPGroupGibbs: the sweep's accounting, its group-masked tests, its target, its refusals."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+import pymc_dp as pdp
+from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.anchor import release_anchor
+from pymc_dp.likelihood import model_likelihood
+from pymc_dp.noise import NoiseSource
+from pymc_dp.step_methods.group_gibbs import (
+    GROUP_TESTS,
+    coefficient_bound,
+    group_bound,
+)
+from pymc_dp.step_methods.laplace import _effect_likelihood
+
+FAST = {"mode": "FAST_COMPILE"}
+GLM = pdp.glm_clip(np.ones(3))  # the group's effect (an intercept), two covariates in [-1, 1]
+
+
+def _model(n=3000, groups=6, seed=3, X=None, g=None, y=None):
+    """Random-intercept logistic regression (non-centred ``mu + tau * z[g]``)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, 2)) if X is None else X
+    g = rng.integers(0, groups, n) if g is None else g
+    if y is None:
+        a = rng.normal(-0.3, 0.6, groups)
+        y = rng.binomial(1, 1 / (1 + np.exp(-(a[g] + X @ np.array([1.0, -0.5])))))
+    with pm.Model() as model:
+        Xd, gd = pm.Data("X", X), pm.Data("g", g)
+        mu, tau = pm.Normal("mu", 0, 2.5), pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0, 1, shape=groups)
+        beta = pm.Normal("beta", 0, 2.5, shape=2)
+        pm.Bernoulli("y", logit_p=mu + tau * z[gd] + Xd @ beta, observed=y)
+    return model, X, g, y
+
+
+@pytest.fixture(scope="module")
+def hierarchical():
+    """Six groups: the sampling test compiles with Numba (FAST_COMPILE's Python kernels cannot
+    sum the curvature of more than ~5 coordinates)."""
+    return _model()[0]
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Three groups, FAST_COMPILE kernels: for the tests that only build the step."""
+    return _model(n=600, groups=3)[0]
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """Epsilon of mu-GDP at ``delta`` (Dong, Roth & Su 2022, Cor. 2.13), solved here."""
+
+    def gap(eps):
+        return norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta
+
+    return brentq(gap, 0.0, 100.0, xtol=1e-12)
+
+
+def test_a_sweep_is_two_gaussian_releases_and_the_budget_is_spent_exactly(small):
+    with small, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPGroupGibbs(glm=GLM, epsilon=4.0, chains=2, compile_kwargs=FAST)
+    plan = step.plan(tune=30, draws=70, chains=2)
+    (tests,) = plan.ledger.per_chain
+    assert tests.name == GROUP_TESTS.name and tests.count == 2 * 100  # two per sweep
+    # independently: every release is a Gaussian mechanism; mu-GDP composes as sqrt(sum mu_k^2)
+    entries = [*plan.ledger.shared, *([tests] * 2)]
+    mu = np.sqrt(sum(m.count / m.noise_multiplier**2 for m in entries))
+    assert _gdp_epsilon(mu, step.delta) == pytest.approx(4.0, rel=2e-3)
+    # the shares (of the PLD mean mu^2 / 2): warm start 0.5, anchor 0.3, the tests the rest
+    total = gaussian_mu_for_budget(4.0, step.delta)
+    (anchor,) = [m for m in plan.ledger.shared if "Taylor anchor" in m.name]
+    assert 1 / (2 * anchor.noise_multiplier**2) == pytest.approx(0.3 * total, rel=1e-9)
+    chains_mu2 = 2 * tests.count / tests.noise_multiplier**2
+    assert chains_mu2 / 2 == pytest.approx(0.2 * total, rel=1e-2)
+
+
+def _effects_on(X, g, y, groups):
+    model = _model(X=X, g=g, y=y, groups=groups)[0]
+    base = model_likelihood(model, list(model.value_vars), compile_kwargs=FAST)
+    return _effect_likelihood(base)
+
+
+def test_neighbouring_rows_move_the_sweep_by_one_release_at_most():
+    """Parallel composition, on the real kernels: one row replaced (it changes group, outcome
+    and covariates, beyond the declared bounds so that only the clip holds it), the sweep's
+    group tests move by at most 1 / s in total (sum of (change / (2 b_g))^2 <= 1) and the
+    coefficients' test by at most 1 / s."""
+    rng = np.random.default_rng(0)
+    n, ng = 400, 5
+    X, g = rng.uniform(-1, 1, (n, 2)), rng.integers(0, ng, n)
+    y = rng.binomial(1, 0.4, n)
+    X2, g2, y2 = X.copy(), g.copy(), y.copy()
+    X2[7], g2[7], y2[7] = (40.0, -40.0), (g[7] + 2) % ng, 1 - y[7]
+    point = rng.normal(0, 0.3, ng + 2)
+    ratios = []
+    for data in ((X, g, y), (X2, g2, y2)):
+        eff = _effects_on(*data, ng)
+        _, ratio = release_anchor(
+            eff,
+            point,
+            grad_clip=GLM.grad_clip,
+            hess_clip=GLM.hess_clip,
+            mu=1.0,
+            noise=NoiseSource(0),
+        )
+        ratios.append((ratio, data[1]))
+    for _ in range(20):
+        psi = point + rng.normal(0, 0.5, ng + 2)
+        worst = 0.0
+        for k in range(ng):
+            new = psi.copy()
+            new[k] += rng.normal(0, 0.5)
+            bound = group_bound(GLM, point, psi, new, k, ng)
+            sums = [r(new, psi, bound, groups == k)[0] for r, groups in ratios]
+            worst += ((sums[0] - sums[1]) / (2 * bound)) ** 2
+            assert abs(sums[0]) <= bound * np.sum(ratios[0][1] == k) * (1 + 1e-12)
+        assert worst <= 1 + 1e-9
+        new = psi.copy()
+        new[ng:] += rng.normal(0, 0.5, 2)
+        bound = coefficient_bound(GLM, point, psi, new, ng)
+        sums = [r(new, psi, bound)[0] for r, _ in ratios]
+        assert abs(sums[0] - sums[1]) <= 2 * bound * (1 + 1e-12)
+
+
+def test_a_group_test_sums_its_own_rows_only():
+    """The mask is explicit: a move of two groups' effects, tested as group 0, sums group 0's
+    rows only (the kernel gives the other rows non-zero remainders)."""
+    model, X, g, y = _model(n=500, groups=4, seed=1)
+    eff = _effects_on(X, g, y, 4)
+    point = np.zeros(6)
+    _, ratio = release_anchor(
+        eff,
+        point,
+        grad_clip=GLM.grad_clip,
+        hess_clip=GLM.hess_clip,
+        mu=1.0,
+        noise=NoiseSource(0),
+    )
+    new = point.copy()
+    new[[0, 1]] = 0.4
+    rows = np.asarray(eff.logp_rows(new)) - np.asarray(eff.logp_rows(point))
+    rho = rows - ratio._rows @ (new - point)
+    assert np.abs(rho[g == 1]).max() > 0
+    masked, _ = ratio(new, point, 1.0, g == 0)
+    assert masked == pytest.approx(np.clip(rho[g == 0], -1, 1).sum(), rel=1e-12)
+    full, _ = ratio(new, point, 1.0)
+    assert full != pytest.approx(masked)
+
+
+def test_bounds_hold_on_rows_within_the_declared_covariate_bounds():
+    """The GLM rank-one bound holds for every row (clipping would bias the chain)."""
+    model, X, g, y = _model(n=2000, groups=4, seed=2)
+    eff = _effects_on(X, g, y, 4)
+    rng = np.random.default_rng(1)
+    anchor = rng.normal(0, 0.3, 6)
+    _, ratio = release_anchor(
+        eff,
+        anchor,
+        grad_clip=GLM.grad_clip,
+        hess_clip=GLM.hess_clip,
+        mu=1e12,
+        noise=NoiseSource(0),
+    )
+    for _ in range(10):
+        psi = anchor + rng.normal(0, 1.0, 6)
+        for k in range(4):
+            new = psi.copy()
+            new[k] += rng.normal(0, 1.0)
+            _, clipped = ratio(new, psi, group_bound(GLM, anchor, psi, new, k, 4), g == k)
+            assert clipped == 0.0
+        new = psi.copy()
+        new[4:] += rng.normal(0, 1.0, 2)
+        _, clipped = ratio(new, psi, coefficient_bound(GLM, anchor, psi, new, 4))
+        assert clipped == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"glm": 3.0}, TypeError, "`glm`"),
+        ({"glm": pdp.glm_clip(np.ones(4))}, ValueError, "`glm` has 4 covariate bounds"),
+        ({"glm": GLM, "noise_multiplier": 1.0}, ValueError, "noise_multiplier"),
+        ({"glm": GLM, "anchor": 0.6}, ValueError, "leave nothing"),
+        ({"glm": GLM, "epsilon": None}, ValueError, "needs `epsilon`"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(small, kwargs, error, match):
+    kwargs = {"epsilon": 4.0, "compile_kwargs": FAST, **kwargs}
+    with small, pytest.raises(error, match=match):
+        pdp.DPGroupGibbs(**kwargs)
+
+
+def test_models_without_a_group_effect_of_that_form_are_refused():
+    rng = np.random.default_rng(0)
+    X, g = rng.uniform(-1, 1, (200, 2)), rng.integers(0, 4, 200)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ beta, observed=rng.binomial(1, 0.5, 200))
+        with pytest.raises(ValueError, match="group effects"):
+            pdp.DPGroupGibbs(glm=pdp.glm_clip(np.ones(2)), epsilon=2.0, compile_kwargs=FAST)
+    with pm.Model():  # tau * z * z: found as an effect, but not affine in z
+        tau, z = pm.HalfNormal("tau"), pm.Normal("z", shape=4)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        eta = (tau * z * z)[pm.Data("g", g)] + pm.Data("X", X) @ beta
+        pm.Bernoulli("y", logit_p=eta, observed=rng.binomial(1, 0.5, 200))
+        with pytest.raises(ValueError, match="affine"):
+            pdp.DPGroupGibbs(glm=GLM, epsilon=2.0, compile_kwargs=FAST)
+
+
+def test_the_sweep_samples_the_posterior_where_the_noise_vanishes(hierarchical):
+    """At epsilon 1e4 the tests' noise and the anchor's are negligible (median test noise
+    ~0.004 nats): the sweep is then exact Metropolis-within-Gibbs, and must agree with NUTS on
+    every coordinate within Monte Carlo error (a wrong Jacobian of z -> a, Hastings term or
+    prior ratio moves tau's or the effects' posterior by far more)."""
+    with hierarchical, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPGroupGibbs(glm=GLM, epsilon=1e4, noise_seed=1, chains=2)
+        idata = pdp.sample(
+            draws=800, tune=200, step=step, chains=2, random_seed=1, progressbar=False, cores=1
+        )
+        ref = pm.sample(
+            draws=1000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=2,
+            progressbar=False,
+            target_accept=0.9,
+            compute_convergence_checks=False,
+        )
+    assert float(idata.sample_stats["noise_std"].median()) < 0.05
+    for v in ("mu", "tau", "z", "beta"):
+        dp, nuts = idata.posterior[v], ref.posterior[v]
+        ess_dp = np.atleast_1d(az.ess(dp.to_dataset())[v].values)
+        ess_ref = np.atleast_1d(az.ess(nuts.to_dataset())[v].values)
+        sd = nuts.std(("chain", "draw")).values
+        gap = np.abs(dp.mean(("chain", "draw")).values - nuts.mean(("chain", "draw")).values)
+        # 4.5 standard errors of the difference over 11 coordinates: a false alarm < 1e-4
+        assert np.all(gap <= 4.5 * sd * np.sqrt(1 / ess_dp + 1 / ess_ref)), v
+        # sd ratio: its standard error is about 1 / sqrt(2 ESS) (3% at ESS 500)
+        ratio = dp.std(("chain", "draw")).values / sd
+        assert np.all(np.abs(ratio - 1) < 6 / np.sqrt(2 * np.minimum(ess_dp, ess_ref))), v
