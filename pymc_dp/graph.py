@@ -1013,7 +1013,9 @@ def _check_row_local(graph: ModelGraph) -> None:
 
     Evaluated on the data with row ``j`` of every per-row input replaced by row ``k``, and (float
     inputs) by a far-off value, for pairs from a fixed public generator at public parameter
-    points: every other term must stay the same, to the last bits (a row-local graph computes
+    points, then with half the people changed at once, and with every row of one input made
+    like its largest (smallest) person's: every other term (hers) must stay the same, to the
+    last bits (a row-local graph computes
     each row from that row alone). Also checked on the model's own graph of the observed
     variables' parameters, before PyMC's rewrites fold ``X - X.mean()`` of an embedded NumPy
     array into a new constant that looks row-local. A likelihood that standardises by
@@ -1037,6 +1039,14 @@ def _check_row_local(graph: ModelGraph) -> None:
     point = model.initial_point()
     n = graph.n_rows
     half = rng.random(n) < 0.5
+
+    def changed(args, moved, touched) -> bool:
+        with np.errstate(all="ignore"):
+            pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
+            if params is not None:
+                pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
+        return any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs)
+
     for trial in range(8):
         # at the initial point a coefficient may be 0 and hide a dependence: the halves jitter
         jitter = 0.3 * (trial % 2 or trial >= 6)  # continuous variables only
@@ -1059,20 +1069,45 @@ def _check_row_local(graph: ModelGraph) -> None:
                 _change_rows(v, i.row_axis, touched, rng)
                 for i, v in zip(inputs, values, strict=True)
             ]
-        with np.errstate(all="ignore"):
-            pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
-            if params is not None:
-                pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
-        if any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs):
-            names = ", ".join(i.label for i in inputs)
-            terms = ", ".join(repr(t.name) for t in graph.terms)
-            raise ValueError(
-                f"The log-likelihood of one row (terms {terms}) depends on other rows (checked "
-                f"by replacing people's rows of {names}). Replacing one person would then move "
-                "other rows' terms, and clipping would not bound the privacy loss. Compute "
-                "aggregates such as X.mean() from public constants, outside the model; or, if an "
-                "input's row axis was inferred wrongly, give `row_axes`."
-            )
+        if changed(args, moved, touched):
+            _not_row_local(graph, inputs)
+    # one input's rows all made like its largest (smallest) person's, who alone stays as she
+    # was: an aggregate of integer codes with ties (g - g.min()), which no swap of people moves,
+    # moves, and her term with it (review)
+    args = [
+        np.asarray(point[v.name], dtype=v.dtype)
+        + (0.3 * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
+        for v in model.value_vars
+    ]
+    for k, inp in enumerate(inputs):
+        for largest in (True, False):
+            j, like = _all_like(values[k], inp.row_axis, largest)
+            moved = [*values[:k], like, *values[k + 1 :]]
+            if changed(args, moved, np.arange(n) != j):
+                _not_row_local(graph, inputs)
+
+
+def _not_row_local(graph: ModelGraph, inputs) -> None:
+    names = ", ".join(i.label for i in inputs)
+    terms = ", ".join(repr(t.name) for t in graph.terms)
+    raise ValueError(
+        f"The log-likelihood of one row (terms {terms}) depends on other rows (checked "
+        f"by replacing people's rows of {names}). Replacing one person would then move "
+        "other rows' terms, and clipping would not bound the privacy loss. Compute "
+        "aggregates such as X.mean() from public constants, outside the model; or, if an "
+        "input's row axis was inferred wrongly, give `row_axes`."
+    )
+
+
+def _all_like(value: np.ndarray, axis: int, largest: bool) -> tuple[int, np.ndarray]:
+    """``(j, value with every row equal to row j)``, ``j`` the largest (smallest) row by its
+    sum: a value that occurs in the data, so codes and counts stay in their support."""
+    v = np.moveaxis(np.asarray(value), axis, 0)
+    with np.errstate(all="ignore"):
+        sums = np.nan_to_num(v.reshape(v.shape[0], -1).astype(float).sum(axis=1))
+    j = int(np.argmax(sums) if largest else np.argmin(sums))
+    like = np.broadcast_to(v[j : j + 1], v.shape).copy()
+    return j, np.moveaxis(like, 0, axis)
 
 
 def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.ndarray:

@@ -471,6 +471,22 @@ def test_scaling_by_a_data_dependent_extreme_is_not_row_local(scaling):
             _penalty()
 
 
+@pytest.mark.parametrize("index", ["min", "max"])
+def test_group_codes_shifted_by_their_extreme_are_not_row_local(index):
+    """A review: ``z[g - g.min()]`` on integer codes passed, since no swap of people moves a
+    minimum that several people share; one replaced person (code 0) would shift every row's
+    group. Everyone but one person changing at once moves it."""
+    rng = np.random.default_rng(1)
+    g = rng.integers(1, 4, 300)
+    with pm.Model():
+        gd = pm.Data("g", g)
+        z = pm.Normal("z", 0, 1, shape=4)
+        shifted = gd - gd.min() if index == "min" else gd.max() - gd
+        pm.Bernoulli("y", logit_p=z[shifted], observed=rng.binomial(1, 0.5, 300))
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
 def test_plan_and_analyse_print_no_values_at_high_verbosity():
     """F7: pdp.plan and pdp.analyse ran outside the data boundary: PyTensor's error listed
     'Inputs values' of arrays of up to 5 elements."""
