@@ -251,6 +251,7 @@ class PerRowLikelihood:
             for x in self.graph.batch_inputs
             if isinstance(x, SharedVariable)
         }
+        self._frozen = frozen  # what the kernels read: a graph of the rows evaluates on these
         graph_rows = graph_replace(rows_graph, frozen, strict=False) if frozen else rows_graph
         batch_inputs = {frozen.get(x, x): axis for x, axis in self.graph.batch_inputs.items()}
         # one fused loop per kernel: columns instead of (n, k) arrays, one softplus per

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import arviz as az
 import numpy as np
@@ -193,6 +194,14 @@ def test_bounds_hold_on_rows_within_the_declared_covariate_bounds():
         ({"glm": GLM, "noise_multiplier": 1.0}, ValueError, "noise_multiplier"),
         ({"glm": GLM, "anchor": 0.6}, ValueError, "leave nothing"),
         ({"glm": GLM, "epsilon": None}, ValueError, "needs `epsilon`"),
+        # a bound of the wrong sign would release a test without noise (review): refused
+        ({"glm": replace(GLM, curvature=-0.25)}, ValueError, "curvature bound > 0"),
+        ({"glm": replace(GLM, covariate_bounds=np.array([1.0, -1, 1]))}, ValueError, "> 0"),
+        (
+            {"glm": pdp.GLMClip(np.ones(3), 1.7, 1.0, 0.75, covariate_bounds=np.ones(3))},
+            ValueError,
+            "curvature",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_by_name(small, kwargs, error, match):
@@ -216,6 +225,51 @@ def test_models_without_a_group_effect_of_that_form_are_refused():
         pm.Bernoulli("y", logit_p=eta, observed=rng.binomial(1, 0.5, 200))
         with pytest.raises(ValueError, match="affine"):
             pdp.DPGroupGibbs(glm=GLM, epsilon=2.0, compile_kwargs=FAST)
+
+
+def _refused(build_eta, match):
+    rng = np.random.default_rng(0)
+    X, g = rng.uniform(-1, 1, (200, 2)), rng.integers(0, 3, 200)
+    with pm.Model():
+        mu, tau = pm.Normal("mu"), pm.HalfNormal("tau")
+        z, beta = pm.Normal("z", shape=3), pm.Normal("beta", 0, 1, shape=2)
+        eta = build_eta(mu, tau, z, beta, pm.Data("X", X), pm.Data("g", g), pm.Data("h", g[::-1]))
+        pm.Bernoulli("y", logit_p=eta, observed=rng.binomial(1, 0.5, 200))
+        with pytest.raises(ValueError, match=match):
+            pdp.DPGroupGibbs(glm=GLM, epsilon=2.0, compile_kwargs=FAST)
+
+
+@pytest.mark.parametrize(
+    ("build_eta", "match"),
+    [
+        # a computed index: one replaced row could move every row's group (review)
+        (lambda mu, tau, z, beta, X, g, h: (mu + tau * z)[g - g.min()] + X @ beta, "computed"),
+        # one effect read by two columns: a row reads two groups' effects
+        (
+            lambda mu, tau, z, beta, X, g, h: (mu + tau * z)[g] - (mu + tau * z)[h] + X @ beta,
+            "two indices",
+        ),
+        # mu inside the effect and read directly: a coefficient move would shift every group
+        (
+            lambda mu, tau, z, beta, X, g, h: (mu + tau * z)[g] + X @ beta + mu * X[:, 0],
+            "both inside",
+        ),
+    ],
+)
+def test_group_structures_the_sweep_cannot_account_are_refused(build_eta, match):
+    _refused(build_eta, match)
+
+
+def test_the_effect_kernels_follow_the_data():
+    """The effect likelihood is kept on its base likelihood, keyed by the rows' digest: after
+    pm.set_data a new one is built (the group mask and the kernels read the same rows)."""
+    model, X, g, y = _model(n=300, groups=3, seed=4)
+    base = model_likelihood(model, list(model.value_vars), compile_kwargs=FAST)
+    first = _effect_likelihood(base)
+    assert _effect_likelihood(base) is first
+    with model:
+        pm.set_data({"g": (g + 1) % 3})
+    assert _effect_likelihood(base) is not first
 
 
 def test_the_sweep_samples_the_posterior_where_the_noise_vanishes(hierarchical):

@@ -46,8 +46,13 @@ import pytensor.tensor as pt
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pytensor.compile.mode import Mode
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.scalar import basic as ps
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.subtensor import AdvancedSubtensor
+from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
@@ -120,6 +125,30 @@ def coefficient_bound(
     return 0.5 * glm.curvature * step * far
 
 
+def _check_one_gather(effects) -> None:
+    """The rows read the effect only as ``effect[group]``, through one group column given
+    directly (a ``pm.Data`` or constant of one integer code per row, possibly cast): a row then
+    reads its own group's effect, and a replaced row changes at most two groups' tests. A
+    computed index (``g - g.min()``) could move every row's group (review)."""
+    (stand_in,), (idx,) = effects.inputs[:1], effects.indices
+    message = (
+        "DPGroupGibbs needs the rows to read the group effect only as `effect[group]`, with "
+        "`group` one integer code per row in 0..G-1 given directly as a pm.Data column"
+    )
+    for node in io_toposort([], [effects.rows]):
+        if stand_in in node.inputs and not (
+            isinstance(node.op, AdvancedSubtensor) and node.inputs[1] is idx
+        ):
+            raise ValueError(message + " (here it is read otherwise, or by two indices).")
+    column = idx
+    while column.owner is not None and isinstance(column.owner.op, Elemwise):
+        if not isinstance(column.owner.op.scalar_op, ps.Cast) or len(column.owner.inputs) != 1:
+            raise ValueError(message + " (here the index is computed).")
+        column = column.owner.inputs[0]
+    if not isinstance(column, SharedVariable | TensorConstant):
+        raise ValueError(message + " (here the index is computed).")
+
+
 class _Structure:
     """Where ``a = loc(h) + scale(h) * z`` lives in the model's raveled point ``q`` (graph and
     public points only)."""
@@ -152,6 +181,14 @@ class _Structure:
         betas = list(effects.psi[1:])
         if any(v is z for v in betas):
             raise ValueError(f"The rows read `{z.name}` outside the group effect.")
+        shared = [v.name for v in betas if v in up]
+        if shared:
+            raise ValueError(
+                f"The rows read {shared} both inside the group effect and directly: a move of "
+                "the coefficients would move every group's effect untested. DPGroupGibbs needs "
+                "the effect's `loc` and `scale` built of variables the rows do not read."
+            )
+        _check_one_gather(effects)
         self.z = slice(offsets[z.name], offsets[z.name] + sizes[z.name])
         self.beta = np.concatenate(
             [np.arange(offsets[v.name], offsets[v.name] + sizes[v.name]) for v in betas]
@@ -259,6 +296,16 @@ class DPGroupGibbs(DPStep):
                 f"`glm` must be the GLMClip of pymc_dp.glm_clip (it carries the covariate bounds "
                 f"and the curvature bound the tests need), got {type(glm).__name__}."
             )
+        curvature = float(glm.curvature)
+        bounds = np.asarray(glm.covariate_bounds, float)
+        if not (np.isfinite(curvature) and curvature > 0) or not np.all(
+            np.isfinite(bounds) & (bounds > 0)
+        ):
+            raise ValueError(
+                "`glm` must have a finite curvature bound > 0 and covariate bounds finite and > 0 "
+                "(pymc_dp.glm_clip makes them): a bound of the wrong sign would release a test "
+                "without noise."
+            )
         if kwargs.get("epsilon") is None:
             raise ValueError("DPGroupGibbs needs `epsilon`: its fit, anchor and tests share it.")
         if kwargs.get("noise_multiplier") is not None:
@@ -311,6 +358,8 @@ class DPGroupGibbs(DPStep):
         gather index, as the kernels embed it."""
         s = self._structure
         (idx,) = self._effects.effects.indices
+        # the values the kernels embed (frozen when they were built), not the live container
+        idx = graph_replace(idx, self._effects._frozen, strict=False)
         groups = np.asarray(pytensor.function([], idx, mode=_FAST)(), dtype=np.int64)
         if groups.shape != (self.n_rows,):
             raise ValueError(
@@ -416,7 +465,10 @@ class DPGroupGibbs(DPStep):
 
     # ------------------------------------------------------------------ one sweep
     def _test(self, psi, psi_new, bound, rows) -> tuple[float, float, float]:
-        """``(released remainder - sigma^2 / 2 + G'D, sigma, exact clip fraction)``."""
+        """``(released remainder - sigma^2 / 2 + G'D, sigma, exact clip fraction)``; a bound
+        that is not finite and >= 0 (a move off the support) rejects without reading data."""
+        if not (np.isfinite(bound) and bound >= 0.0):
+            return -np.inf, 0.0, 0.0
         value, clip = self._ratio(psi_new, psi, bound, rows)
         log_ratio, sigma = GROUP_TESTS.log_ratio(self._noise, value, 2.0 * bound, self._scale)
         return log_ratio + float(self.anchor.gradient @ (psi_new - psi)), sigma, clip

@@ -40,16 +40,20 @@ def _effect_likelihood(likelihood: PerRowLikelihood):
     """The likelihood in its group effects' coordinates, or None; kept on ``likelihood`` (the
     same rows: steps sharing it share these kernels too, as they share its own)."""
     from pymc_dp.effects import EffectLikelihood, find_effects, prior_moments
+    from pymc_dp.step_methods.spending import data_fingerprint
 
-    if "_effects_cache" in likelihood.__dict__:
-        return likelihood.__dict__["_effects_cache"]
+    # keyed by the rows' digest: kernels built before a pm.set_data must not serve after it
+    key = data_fingerprint(likelihood.model, likelihood.graph, rows_only=True)
+    cached = likelihood.__dict__.get("_effects_cache")
+    if cached is not None and cached[0] == key:
+        return cached[1]
     effects = find_effects(likelihood.graph, likelihood.vars)
     moments = (
         None if effects is None else prior_moments(likelihood.model, likelihood.vars, effects.psi)
     )
     # a prior without draws (pm.Flat): the fit stays in the model's coordinates
     found = None if moments is None else EffectLikelihood(likelihood, effects, moments)
-    likelihood.__dict__["_effects_cache"] = found
+    likelihood.__dict__["_effects_cache"] = (key, found)
     return found
 
 
