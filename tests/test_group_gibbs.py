@@ -92,6 +92,13 @@ def _effects_on(X, g, y, groups):
     return _effect_likelihood(base)
 
 
+def _ratio(eff, point, mu):
+    """The private remainder kernel at ``point`` (the release beside it, of loss ``mu``, unused)."""
+    return release_anchor(
+        eff, point, grad_clip=GLM.grad_clip, hess_clip=GLM.hess_clip, mu=mu, noise=NoiseSource(0)
+    )[1]
+
+
 def test_neighbouring_rows_move_the_sweep_by_one_release_at_most():
     """Parallel composition, on the real kernels: one row replaced (it changes group, outcome
     and covariates, beyond the declared bounds so that only the clip holds it), the sweep's
@@ -107,14 +114,7 @@ def test_neighbouring_rows_move_the_sweep_by_one_release_at_most():
     ratios = []
     for data in ((X, g, y), (X2, g2, y2)):
         eff = _effects_on(*data, ng)
-        _, ratio = release_anchor(
-            eff,
-            point,
-            grad_clip=GLM.grad_clip,
-            hess_clip=GLM.hess_clip,
-            mu=1.0,
-            noise=NoiseSource(0),
-        )
+        ratio = _ratio(eff, point, 1.0)
         ratios.append((ratio, data[1]))
     for _ in range(20):
         psi = point + rng.normal(0, 0.5, ng + 2)
@@ -140,14 +140,7 @@ def test_a_group_test_sums_its_own_rows_only():
     model, X, g, y = _model(n=500, groups=4, seed=1)
     eff = _effects_on(X, g, y, 4)
     point = np.zeros(6)
-    _, ratio = release_anchor(
-        eff,
-        point,
-        grad_clip=GLM.grad_clip,
-        hess_clip=GLM.hess_clip,
-        mu=1.0,
-        noise=NoiseSource(0),
-    )
+    ratio = _ratio(eff, point, 1.0)
     new = point.copy()
     new[[0, 1]] = 0.4
     rows = np.asarray(eff.logp_rows(new)) - np.asarray(eff.logp_rows(point))
@@ -165,14 +158,7 @@ def test_bounds_hold_on_rows_within_the_declared_covariate_bounds():
     eff = _effects_on(X, g, y, 4)
     rng = np.random.default_rng(1)
     anchor = rng.normal(0, 0.3, 6)
-    _, ratio = release_anchor(
-        eff,
-        anchor,
-        grad_clip=GLM.grad_clip,
-        hess_clip=GLM.hess_clip,
-        mu=1e12,
-        noise=NoiseSource(0),
-    )
+    ratio = _ratio(eff, anchor, 1e12)
     for _ in range(10):
         psi = anchor + rng.normal(0, 1.0, 6)
         for k in range(4):
