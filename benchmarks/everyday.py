@@ -198,8 +198,10 @@ def linear_rows(names=LINEAR_NAMES, eps=(1.0, 2.0, 4.0), runs: int = 10) -> list
 GLM_SEEDS = {"poisson": 25, "robust": 23, "hierarchical": 24}
 
 
-def glm_model(name: str, n: int = 20_000) -> tuple[pm.Model, dict, str]:
-    """``(model, DPLaplace's clip arguments, the scale variable)`` of a GLM row (fixed seed)."""
+def glm_model(name: str, n: int = 20_000, group_sd: float = 0.5) -> tuple[pm.Model, dict, str]:
+    """``(model, DPLaplace's clip arguments, the scale variable)`` of a GLM row (fixed seed);
+    ``group_sd`` is the spread of the hierarchical row's true group effects (3: near-separable
+    groups, logits beyond +-4)."""
     rng = np.random.default_rng(GLM_SEEDS[name])
     X = rng.uniform(-1, 1, (n, 3))
     with pm.Model() as m:
@@ -220,7 +222,7 @@ def glm_model(name: str, n: int = 20_000) -> tuple[pm.Model, dict, str]:
             return m, {"grad_clip": 5.0}, "sigma"
         if name == "hierarchical":
             g = rng.integers(0, 20, n)
-            a = rng.normal(-0.3, 0.5, 20)
+            a = rng.normal(-0.3, group_sd, 20)
             p = 1 / (1 + np.exp(-(a[g] + X[:, :2] @ np.array([1.0, -0.5]))))
             y = rng.binomial(1, p)
             Xd, gd = pm.Data("X", X[:, :2]), pm.Data("g", g)
