@@ -39,7 +39,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc_dp.step_methods.adaptation import WindowedCovariance
 from pymc_dp.step_methods.anchoring import INDEPENDENT_SHARE, LOCAL_TARGET_ACCEPT
 
-__all__ = ["REPLICATES", "simulate_anchored_chain", "simulated_draws"]
+__all__ = ["REPLICATES", "run_diagnostics", "simulate_anchored_chain", "simulated_draws"]
 
 #: Runs (of ``chains`` chains each, with their own warm-start error and tilt) the prediction is
 #: the median over. Between runs of one setting the smallest bulk ESS varies about 3x (measured
@@ -48,6 +48,20 @@ __all__ = ["REPLICATES", "simulate_anchored_chain", "simulated_draws"]
 REPLICATES = 32
 #: Replicates simulated together (memory: draws x chains x D per group).
 _GROUP = 8
+
+
+def run_diagnostics(run: np.ndarray) -> tuple[float, float]:
+    """``(bulk ESS, R-hat)`` of a simulated run ``(chains, draws, dim)``: the smallest ESS and
+    the largest R-hat over the coordinates. A coordinate that never moved has no ESS: a stuck run
+    is worth one draw per chain (and R-hat inf)."""
+    chains = run.shape[0]
+    with np.errstate(all="ignore"):
+        e = array_stats.ess(run, chain_axis=0, draw_axis=1, method="bulk")
+        h = array_stats.rhat(run, chain_axis=0, draw_axis=1) if chains > 1 else np.ones(1)
+    return (
+        float(np.min(np.where(np.isfinite(e), e, chains))),
+        float(np.max(np.where(np.isfinite(h), h, np.inf))),
+    )
 
 
 def simulate_anchored_chain(
@@ -106,13 +120,9 @@ def simulate_anchored_chain(
         )
         accepted.append(acceptance)
         for r in range(runs):
-            run = (kept[:, r * chains : (r + 1) * chains] / sd).transpose(1, 0, 2)
-            with np.errstate(all="ignore"):
-                e = array_stats.ess(run, chain_axis=0, draw_axis=1, method="bulk")
-                h = array_stats.rhat(run, chain_axis=0, draw_axis=1) if chains > 1 else 1.0
-            # a coordinate that never moved has no ESS: a stuck run is worth one draw per chain
-            ess.append(float(np.min(np.where(np.isfinite(e), e, chains))))
-            rhat.append(float(np.max(np.where(np.isfinite(h), h, np.inf))))
+            e, h = run_diagnostics((kept[:, r * chains : (r + 1) * chains] / sd).transpose(1, 0, 2))
+            ess.append(e)
+            rhat.append(h)
     return {
         "acceptance": float(np.mean(accepted)),
         "ess": float(np.median(ess)),

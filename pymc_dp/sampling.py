@@ -302,7 +302,10 @@ def _check_initvals(graph: ModelGraph, initvals) -> None:
 def _planner_advice(step: DPStep, model: Model, run) -> str:
     """Ask the planner (public information only) before the run; warn if it predicts failure."""
     from pymc_dp.planner import plan as planner
+    from pymc_dp.step_methods.group_gibbs import DPGroupGibbs
 
+    if isinstance(step, DPGroupGibbs):
+        return _group_advice(step, run)
     clip = getattr(step, "llr_clip", None)
     grad = getattr(step, "grad_clip", None)
     if step.epsilon is None or (clip is None and grad is None):
@@ -385,6 +388,29 @@ def _anchored_advice(step: DPStep, run) -> str:
             "private fit (pdp.DPLaplace) instead, or give a larger epsilon"
         )
     dp_warn([f"{type(step).__name__}(hess_clip) will not give a usable chain here: {advice}"])
+    return advice
+
+
+#: A run predicted below this bulk ESS (all chains) or above this R-hat does not mix.
+UNMIXED_ESS, UNMIXED_RHAT = 100.0, 1.1
+
+
+def _group_advice(step, run) -> str:
+    """The group sweep's prediction from its released fit and anchor: warn before a run it
+    predicts will not mix (near-separable groups, few rows, a small budget)."""
+    try:
+        mix = step.predicted_mixing(run.chains, run.tune, run.draws)
+    except Exception:  # noqa: BLE001 - advice only: never block a run
+        return ""
+    if mix["ess"] >= UNMIXED_ESS and mix["rhat"] <= UNMIXED_RHAT:
+        return ""
+    advice = (
+        f"its released fit and anchor predict test noise ~{mix['noise']:.2g} nats, "
+        f"acceptance ~{mix['acceptance']:.2g} of the group moves, bulk ESS ~{mix['ess']:.2g} "
+        f"(all chains) and R-hat ~{mix['rhat']:.3g}: sample the private fit "
+        "(pdp.DPLaplace) instead, or give a larger epsilon"
+    )
+    dp_warn([f"DPGroupGibbs will not give a usable chain here: {advice}"])
     return advice
 
 

@@ -329,3 +329,53 @@ def test_the_sweep_samples_the_posterior_where_the_noise_vanishes(hierarchical):
         # sd ratio: its standard error is about 1 / sqrt(2 ESS) (3% at ESS 500)
         ratio = dp.std(("chain", "draw")).values / sd
         assert np.all(np.abs(ratio - 1) < 6 / np.sqrt(2 * np.minimum(ess_dp, ess_ref))), v
+
+
+def _poisoned(*args, **kwargs):
+    raise AssertionError("the prediction read the rows")
+
+
+def test_the_mixing_prediction_reads_released_values_only(small, monkeypatch):
+    """``predicted_mixing`` runs the sweep in the surrogate's world: with every kernel over the
+    rows and the private group column made to fail, it still predicts, the same twice (its seed
+    is public), and it leaves the step's own chain state alone."""
+    with small, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPGroupGibbs(glm=GLM, epsilon=4.0, compile_kwargs=FAST)
+    ratio, groups = step._ratio, step._group_of_row
+    for lik in (step.likelihood, step._effects):
+        for name in ("logp_rows", "grad_rows", "batch_logp_rows", "batch_grad_rows"):
+            monkeypatch.setattr(lik, name, _poisoned)
+    monkeypatch.setattr(step, "_group_of_row", None)  # a comparison with it would fail
+    first = step.predicted_mixing(2, 50, 100)
+    assert first == step.predicted_mixing(2, 50, 100)
+    assert set(first) == {"acceptance", "noise", "ess", "rhat"}
+    assert step._ratio is ratio and step._plan is None
+    monkeypatch.setattr(step, "_group_of_row", groups)
+
+
+def test_the_mixing_prediction_accepts_every_move_where_the_noise_vanishes(small):
+    """In the surrogate's world a group's proposal is its exact conditional, so with no noise
+    every group move is accepted: a wrong Hastings term or prior in the sweep would reject
+    some (the acceptance is the share of group moves, over 2 x 300 sweeps x 3 groups). At
+    epsilon 4 on 600 rows the tests' noise is hundreds of nats and the prediction says the
+    chain is stuck."""
+    with small, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exact = pdp.DPGroupGibbs(glm=GLM, epsilon=1e6, compile_kwargs=FAST)
+        noisy = pdp.DPGroupGibbs(glm=GLM, epsilon=4.0, compile_kwargs=FAST)
+    free = exact.predicted_mixing(2, 100, 200)
+    assert free["noise"] < 0.05 and free["acceptance"] > 0.98
+    stuck = noisy.predicted_mixing(2, 100, 200)
+    assert stuck["noise"] > 50 and stuck["acceptance"] < 0.1 and stuck["ess"] < 20
+
+
+def test_pdp_sample_warns_before_a_sweep_predicted_not_to_mix(small):
+    """On 600 rows at epsilon 4 the tests' noise is hundreds of nats: ``pdp.sample`` says so
+    before the run, from the step's own prediction, and points to the private fit."""
+    with small:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = pdp.DPGroupGibbs(glm=GLM, epsilon=4.0, compile_kwargs=FAST)
+        with pytest.warns(UserWarning, match="DPGroupGibbs will not give a usable chain"):
+            pdp.sample(draws=40, tune=20, step=step, progressbar=False)

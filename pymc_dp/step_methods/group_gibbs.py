@@ -37,6 +37,7 @@ together cost one test's ``1 / s``, and a sweep costs two Gaussian releases at m
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -93,6 +94,8 @@ _ANCHOR_STREAM = 2**31 - 3
 _FAST = Mode(linker="py", optimizer="fast_compile")
 #: Public seed of the points at which the effect is checked to be affine in ``z``.
 _CHECK_SEED = 20261128
+#: Public seed of :meth:`DPGroupGibbs.predicted_mixing` (a simulation, never the chain's noise).
+_MIXING_SEED = 20261129
 
 
 def _eta_bound(c: np.ndarray, v: np.ndarray, ng: int) -> float:
@@ -220,6 +223,29 @@ class _Structure:
     def loc_scale(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         loc, scale, _ = self._fn(q)
         return np.asarray(loc, float), np.asarray(scale, float)
+
+
+class _SurrogateRemainder:
+    """The remainder kernel of the world :meth:`DPGroupGibbs.predicted_mixing` simulates: the
+    likelihood is its second-order expansion at the anchor ``A`` (the released gradient ``G``,
+    the private fit's precision ``P``), whose remainder beyond ``G' Delta`` is the change of
+    ``-(psi - A)' P (psi - A) / 2``. No data, no clip (the exact clipped fraction is 0)."""
+
+    def __init__(self, anchor: np.ndarray, precision: np.ndarray) -> None:
+        self._anchor, self._precision = anchor, precision
+
+    def _quadratic(self, psi: np.ndarray) -> float:
+        d = psi - self._anchor
+        return -0.5 * float(d @ self._precision @ d)
+
+    def __call__(self, q_new, q, bound, rows=None) -> tuple[float, float]:
+        return self._quadratic(q_new) - self._quadratic(q), 0.0
+
+    def accept(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
 
 
 class DPGroupGibbs(DPStep):
@@ -406,6 +432,64 @@ class DPGroupGibbs(DPStep):
         sds = np.asarray(warm.unit, float) if warm.unit is not None else np.sqrt(np.diag(warm.cov))
         tilt = tilt_sds(self.anchor, np.diag(sds**2))
         return json.dumps({k: float(v) for k, v in zip(labels, tilt, strict=True)})
+
+    def predicted_mixing(
+        self, chains: int = 4, tune: int = 1000, draws: int = 1000, replicates: int = 1
+    ) -> dict:
+        """The sweep's predicted ``acceptance`` (of the group moves), median test ``noise`` (nats),
+        bulk ``ess`` (all chains, smallest over the free coordinates) and ``rhat`` (largest),
+        from released values only, by running this step's own sweep in the world its surrogate
+        describes: the likelihood equal to its second-order expansion at the anchor (the
+        released gradient, the private fit's released curvature), where a test rejects by its
+        noise, whose scale the public bounds of the simulated moves set, and by the gap between
+        that curvature and the noise-aware one the proposals use. The
+        hyperparameters' exact moves, the proposals, the bounds and the adaptation are the
+        step's own. Seeded (:data:`_MIXING_SEED`): the same step predicts the same; its noise is
+        not the chain's. Optimistic where a group's likelihood is far from Gaussian (a few
+        rows, near separation): there the real remainders add to the noise. ``replicates``:
+        simulated runs of ``chains`` chains (the medians are reported)."""
+        from pymc_dp.mixing import run_diagnostics
+
+        chains = check_count(chains, "chains", minimum=1)
+        tune = check_count(tune, "tune")
+        draws = check_count(draws, "draws", minimum=1)
+        replicates = check_count(replicates, "replicates", minimum=1)
+        sim = copy.copy(self)
+        sim._plan = self.plan(tune=tune, draws=draws, chains=chains)  # public calibration
+        # the world's likelihood has the released curvature (the fit's metric without its
+        # noise's inflation, as the anchored prediction's); the proposals keep the step's own
+        warm, eff = self.warm, self._effects
+        _, grad = eff.prior_logp_and_grad(warm.mean)
+        _, precision, _, _ = gaussian_surrogate(
+            warm.mean, warm.cov, eff.prior_hessian(warm.mean), grad, eff.likelihood_mask
+        )
+        sim._ratio = _SurrogateRemainder(self.anchor.point, precision)
+        sim._group_of_row = np.zeros(0, np.int64)  # the private column is never read
+        ess, rhat, accept, noise = [], [], [], []
+        for r in range(replicates):
+            runs = np.empty((chains, draws, self.likelihood.dim))
+            for c in range(chains):
+                sim.rng = np.random.default_rng([_MIXING_SEED, r, c])
+                sim._noise = NoiseSource.for_chain(_MIXING_SEED + r, c)
+                sim._iteration = 0
+                sim._reset_chain()
+                q = sim._start
+                for i in range(tune + draws):
+                    q, stats = sim._iterate(q)
+                    sim._iteration = i + 1
+                    if i >= tune:
+                        runs[c, i - tune] = q
+                        accept.append(stats["accept_rate"])
+                        noise.append(stats["noise_std"])
+            e, h = run_diagnostics(runs)
+            ess.append(e)
+            rhat.append(h)
+        return {
+            "acceptance": float(np.mean(accept)),
+            "noise": float(np.median(noise)),
+            "ess": float(np.median(ess)),
+            "rhat": float(np.median(rhat)),
+        }
 
     # ------------------------------------------------------------------ DPStep interface
     @property
