@@ -19,8 +19,12 @@ remainder bound ``b``). Budget shares (of the PLD mean): the fit ``--fit``, the 
 The first ``--free`` iterations of a chain follow the surrogate alone (post-processing, no test)
 so that the tests start near the anchor. Figures: README, "Hierarchical models".
 
+* ``step`` / ``laplace``: the library's :class:`pymc_dp.DPGroupGibbs` (with its own prediction
+  of the run, ``pred_*``) and :class:`pymc_dp.DPLaplace`; ``--group-sd 3`` draws the true group
+  effects with sd 3 (near-separable groups, logits beyond +-4) instead of 0.5.
+
 ``python -m benchmarks.hierarchical_chain [--design groups] [--eps 4] [--fit 0.5]
-[--anchor 0.3] [--free 1000] [--thin 1] [--seed 1]``
+[--anchor 0.3] [--free 1000] [--thin 1] [--seed 1] [--group-sd 0.5]``
 """
 
 from __future__ import annotations
@@ -54,12 +58,14 @@ N_GROUPS = 20
 DELTA = 1.0 / 20_000**1.1
 
 
-def _reference() -> np.ndarray:
+def _reference(group_sd: float = 0.5) -> np.ndarray:
     """NUTS draws of (mu, tau, z, beta), (4000, 24), cached for the session in the temp dir."""
-    path = Path(tempfile.gettempdir()) / "pymc_dp_hierarchical_nuts.npy"
+    tag = "" if group_sd == 0.5 else f"_{group_sd:g}"
+    path = Path(tempfile.gettempdir()) / f"pymc_dp_hierarchical_nuts{tag}.npy"
     if path.exists():
         return np.load(path)
-    ref = _draws(_nuts(glm_model("hierarchical")[0]).posterior, ["mu", "tau", "z", "beta"])
+    model = glm_model("hierarchical", group_sd=group_sd)[0]
+    ref = _draws(_nuts(model).posterior, ["mu", "tau", "z", "beta"])
     np.save(path, ref)
     return ref
 
@@ -203,6 +209,8 @@ def _summary(d: np.ndarray, ref: np.ndarray, chains: int, accepted, sigmas) -> d
         "w_tau": float(wasserstein_distance(d[:, 1], ref[:, 1]) / ref_sd[1]),
         "tau_err": float((d[:, 1].mean() - ref_mean[1]) / ref_sd[1]),
         "tau_sd_ratio": float(d[:, 1].std(ddof=1) / ref_sd[1]),
+        "tau_own": float((d[:, 1].mean() - ref_mean[1]) / d[:, 1].std(ddof=1)),
+        "max_own": float((np.abs(d.mean(0) - ref_mean) / d.std(0, ddof=1)).max()),
         "rhat": max(diag(az.rhat)),
         "ess": min(diag(az.ess)),
         "ess_tau": float(az.ess(d[:, 1].reshape(chains, per_chain))),
@@ -218,6 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--thin", type=int, default=1, help="NUTS transitions per test")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--group-sd",
+        type=float,
+        default=0.5,
+        help="spread of the true group effects (step and laplace designs; 3: near-separable)",
+    )
+    parser.add_argument(
         "--design",
         choices=("anchored", "fit", "groups", "step", "laplace"),
         default="anchored",
@@ -226,18 +240,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
-    ref = _reference()
     if args.design in ("step", "laplace"):
+        ref = _reference(args.group_sd)
         out = (
-            run_step(args.eps, args.fit, args.anchor, args.seed, ref)
+            run_step(args.eps, args.fit, args.anchor, args.seed, ref, args.group_sd)
             if args.design == "step"
-            else run_laplace(args.eps, args.seed, ref)
+            else run_laplace(args.eps, args.seed, ref, args.group_sd)
         )
         print(
-            f"{args.design}: eps {args.eps} fit {args.fit} anchor {args.anchor}: "
-            + ", ".join(f"{k} {v:.3g}" for k, v in out.items())
+            f"{args.design}: eps {args.eps} fit {args.fit} anchor {args.anchor} "
+            f"group sd {args.group_sd}: " + ", ".join(f"{k} {v:.3g}" for k, v in out.items())
         )
         return
+    ref = _reference()
     if args.design == "groups":
         out = run_groups(args.eps, args.fit, args.anchor, args.free, args.seed, ref)
         print(
@@ -367,11 +382,14 @@ def run_groups(
     return {**_summary(d, ref, chains, accepted, sigmas), "secs": secs}
 
 
-def run_step(eps: float, fit: float, anchor_share: float, seed: int, ref: np.ndarray) -> dict:
+def run_step(
+    eps: float, fit: float, anchor_share: float, seed: int, ref: np.ndarray, group_sd: float = 0.5
+) -> dict:
     """The ``groups`` design as the library's step: ``pdp.sample`` with
     :class:`pymc_dp.DPGroupGibbs` (every iteration tested: no free sweeps; noise seeded by
-    ``seed`` for reproducibility, the ledger records it)."""
-    model, _, _ = glm_model("hierarchical")
+    ``seed`` for reproducibility, the ledger records it), and the step's own prediction of the
+    run (``pred_*``: :meth:`~pymc_dp.DPGroupGibbs.predicted_mixing`, before sampling)."""
+    model, _, _ = glm_model("hierarchical", group_sd=group_sd)
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -384,6 +402,8 @@ def run_step(eps: float, fit: float, anchor_share: float, seed: int, ref: np.nda
             noise_seed=seed,
         )
         build = time.perf_counter() - t0
+        pred = step.predicted_mixing(4, 1000, 1000)  # released values only, seeded
+        pred_secs = time.perf_counter() - t0 - build
         idata = pdp.sample(step=step, chains=4, random_seed=seed, progressbar=False)
     d = _draws(idata.posterior, ["mu", "tau", "z", "beta"])
     stats = idata.sample_stats
@@ -392,15 +412,17 @@ def run_step(eps: float, fit: float, anchor_share: float, seed: int, ref: np.nda
             d, ref, 4, stats["accept_rate"].values.ravel(), stats["noise_std"].values.ravel()
         ),
         "epsilon": float(pdp.privacy_report(idata).epsilon),
+        **{f"pred_{k}": v for k, v in pred.items()},
+        "pred_secs": pred_secs,
         "build_secs": build,
         "secs": time.perf_counter() - t0,
     }
 
 
-def run_laplace(eps: float, seed: int, ref: np.ndarray) -> dict:
+def run_laplace(eps: float, seed: int, ref: np.ndarray, group_sd: float = 0.5) -> dict:
     """``DPLaplace`` (NUTS on exact prior x its surrogate, the default with group effects) on the
     same row, its whole budget on the fit: the comparison the hierarchical target names."""
-    model, clip, _ = glm_model("hierarchical")
+    model, clip, _ = glm_model("hierarchical", group_sd=group_sd)
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")

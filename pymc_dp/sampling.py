@@ -391,26 +391,36 @@ def _anchored_advice(step: DPStep, run) -> str:
     return advice
 
 
-#: A run predicted below this bulk ESS (all chains) or above this R-hat does not mix.
-UNMIXED_ESS, UNMIXED_RHAT = 100.0, 1.1
+#: A run predicted below this bulk ESS (all chains) or above this R-hat does not mix; below
+#: this acceptance of its group moves the tests' noise is the cause (not the run's length).
+UNMIXED_ESS, UNMIXED_RHAT, STUCK_ACCEPTANCE = 100.0, 1.1, 0.1
 
 
 def _group_advice(step, run) -> str:
     """The group sweep's prediction from its released fit and anchor: warn before a run it
-    predicts will not mix (near-separable groups, few rows, a small budget)."""
+    predicts will not mix, and say whether the tests' noise (near-separable groups, few rows, a
+    small budget) or the run's length is the cause."""
     try:
         mix = step.predicted_mixing(run.chains, run.tune, run.draws)
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""
     if mix["ess"] >= UNMIXED_ESS and mix["rhat"] <= UNMIXED_RHAT:
         return ""
-    advice = (
-        f"its released fit and anchor predict test noise ~{mix['noise']:.2g} nats, "
-        f"acceptance ~{mix['acceptance']:.2g} of the group moves, bulk ESS ~{mix['ess']:.2g} "
-        f"(all chains) and R-hat ~{mix['rhat']:.3g}: sample the private fit "
-        "(pdp.DPLaplace) instead, or give a larger epsilon"
+    rhat = f"{mix['rhat']:.3g}" if mix["rhat"] < 10 else "> 10"
+    found = (
+        f"its released fit and anchor predict acceptance ~{mix['acceptance']:.2f} of the group "
+        f"moves, test noise ~{mix['noise']:.3g} nats, bulk ESS ~{mix['ess']:.0f} (all chains) "
+        f"and R-hat {rhat}"
     )
-    dp_warn([f"DPGroupGibbs will not give a usable chain here: {advice}"])
+    if mix["acceptance"] < STUCK_ACCEPTANCE:
+        advice = (
+            f"{found}: the tests' noise stops the chain; sample the private fit (pdp.DPLaplace) "
+            "instead, or give a larger epsilon"
+        )
+        dp_warn([f"DPGroupGibbs will not give a usable chain here: {advice}"])
+    else:
+        advice = f"{found}: the run is short for this chain; more draws per chain mix better"
+        dp_warn([f"DPGroupGibbs is predicted not to mix in this run: {advice}"])
     return advice
 
 

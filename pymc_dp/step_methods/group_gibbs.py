@@ -436,7 +436,9 @@ class DPGroupGibbs(DPStep):
     def predicted_mixing(
         self, chains: int = 4, tune: int = 1000, draws: int = 1000, replicates: int = 1
     ) -> dict:
-        """The sweep's predicted ``acceptance`` (of the group moves), median test ``noise`` (nats),
+        """The sweep's predicted ``acceptance`` (of the group moves; ``coefficient_acceptance``
+        of the coefficients' moves, where the rows read coefficients),
+        median test ``noise`` (nats),
         bulk ``ess`` (all chains, smallest over the free coordinates) and ``rhat`` (largest),
         from released values only, by running this step's own sweep in the world its surrogate
         describes: the likelihood equal to its second-order expansion at the anchor (the
@@ -465,7 +467,7 @@ class DPGroupGibbs(DPStep):
         )
         sim._ratio = _SurrogateRemainder(self.anchor.point, precision)
         sim._group_of_row = np.zeros(0, np.int64)  # the private column is never read
-        ess, rhat, accept, noise = [], [], [], []
+        ess, rhat, accept, noise, coefficients = [], [], [], [], []
         for r in range(replicates):
             runs = np.empty((chains, draws, self.likelihood.dim))
             for c in range(chains):
@@ -481,11 +483,13 @@ class DPGroupGibbs(DPStep):
                         runs[c, i - tune] = q
                         accept.append(stats["accept_rate"])
                         noise.append(stats["noise_std"])
+                        coefficients.append(stats["accepted"])
             e, h = run_diagnostics(runs)
             ess.append(e)
             rhat.append(h)
         return {
             "acceptance": float(np.mean(accept)),
+            "coefficient_acceptance": float(np.mean(coefficients)),
             "noise": float(np.median(noise)),
             "ess": float(np.median(ess)),
             "rhat": float(np.median(rhat)),
