@@ -210,10 +210,17 @@ class DPLaplace(DPStep):
             lik.likelihood_mask,
         )
         if uninformed:
+            effects_note = (
+                " With group effects this can pull groups near separation (a rare or certain "
+                "outcome) towards the others under the hierarchical prior and bias its scale "
+                "low, with intervals too narrow to show it (README, 'Hierarchical models')."
+                if self._effects is not None
+                else ""
+            )
             warnings.warn(
                 f"pymc-dp: {uninformed} of the {idx.size} directions of the private fit carry "
                 "no more information than the prior: there the NUTS draws follow the prior (the "
-                "fit's own spread is not kept). More budget or rows inform them.",
+                "fit's own spread is not kept). More budget or rows inform them." + effects_note,
                 UserWarning,
                 stacklevel=2,
             )
