@@ -398,8 +398,10 @@ UNMIXED_ESS, UNMIXED_RHAT, STUCK_ACCEPTANCE = 100.0, 1.1, 0.1
 
 def _group_advice(step, run) -> str:
     """The group sweep's prediction from its released fit and anchor: warn before a run it
-    predicts will not mix, and say whether the tests' noise (near-separable groups, few rows, a
-    small budget) or the run's length is the cause."""
+    predicts will not mix: with moves rarely accepted the tests' noise stops it (near-separable
+    groups, few rows, a small budget); otherwise the run is short for the chain (whether a
+    longer one mixes, the prediction at that length says: it is not searched here, each
+    prediction runs the whole sweep)."""
     try:
         mix = step.predicted_mixing(run.chains, run.tune, run.draws)
     except Exception:  # noqa: BLE001 - advice only: never block a run
@@ -407,19 +409,28 @@ def _group_advice(step, run) -> str:
     if mix["ess"] >= UNMIXED_ESS and mix["rhat"] <= UNMIXED_RHAT:
         return ""
     rhat = f"{mix['rhat']:.3g}" if mix["rhat"] < 10 else "> 10"
+    coefficients = mix["coefficient_acceptance"]
     found = (
         f"its released fit and anchor predict acceptance ~{mix['acceptance']:.2f} of the group "
-        f"moves, test noise ~{mix['noise']:.3g} nats, bulk ESS ~{mix['ess']:.0f} (all chains) "
+        "moves"
+        + ("" if np.isnan(coefficients) else f" and ~{coefficients:.2f} of the coefficients'")
+        + f", test noise ~{mix['noise']:.3g} nats, bulk ESS ~{mix['ess']:.0f} (all chains) "
         f"and R-hat {rhat}"
     )
-    if mix["acceptance"] < STUCK_ACCEPTANCE:
+    # the slower of the two kinds of move decides (no coefficients: NaN, ignored)
+    accepted = np.nanmin([mix["acceptance"], mix["coefficient_acceptance"]])
+    if accepted < STUCK_ACCEPTANCE:
         advice = (
             f"{found}: the tests' noise stops the chain; sample the private fit (pdp.DPLaplace) "
             "instead, or give a larger epsilon"
         )
         dp_warn([f"DPGroupGibbs will not give a usable chain here: {advice}"])
     else:
-        advice = f"{found}: the run is short for this chain; more draws per chain mix better"
+        advice = (
+            f"{found}: the run is short for this chain. A longer run spreads the same budget "
+            "over more tests, each noisier: step.predicted_mixing(chains, tune, draws) predicts "
+            "the length you plan"
+        )
         dp_warn([f"DPGroupGibbs is predicted not to mix in this run: {advice}"])
     return advice
 

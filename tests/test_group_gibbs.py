@@ -416,3 +416,45 @@ def test_pdp_sample_warns_before_a_sweep_predicted_not_to_mix(small):
     advice = [str(w.message) for w in caught if "DPGroupGibbs" in str(w.message)]
     assert [m for m in advice if "predicted not to mix" in m and "run is short" in m]
     assert not [m for m in advice if "will not give a usable chain" in m]
+
+
+class _Predicted:
+    """A stand-in step whose prediction is given."""
+
+    def __init__(self, **mix):
+        self.mix = mix
+
+    def predicted_mixing(self, chains, tune, draws):
+        return self.mix
+
+
+@pytest.mark.parametrize(
+    "mix, expected",
+    [
+        ({"acceptance": 0.6, "coefficient_acceptance": 0.9, "ess": 800.0, "rhat": 1.0}, None),
+        ({"acceptance": 0.6, "coefficient_acceptance": 0.02, "ess": 50.0, "rhat": 1.3}, "noise"),
+        ({"acceptance": 0.02, "coefficient_acceptance": np.nan, "ess": 4.0, "rhat": 9.0}, "noise"),
+        ({"acceptance": 0.6, "coefficient_acceptance": np.nan, "ess": 60.0, "rhat": 1.0}, "short"),
+        ({"acceptance": 0.6, "coefficient_acceptance": 0.5, "ess": 900.0, "rhat": 1.2}, "short"),
+    ],
+)
+def test_the_advice_names_the_slower_kind_of_move(mix, expected):
+    """The advice warns only below ESS 100 or above R-hat 1.1; it blames the tests' noise when
+    either kind of move (groups, coefficients) is rarely accepted, else the run's length, and
+    never promises that a longer run mixes."""
+    from types import SimpleNamespace
+
+    from pymc_dp.sampling import _group_advice
+
+    step = _Predicted(noise=3.0, **mix)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        advice = _group_advice(step, SimpleNamespace(chains=4, tune=1000, draws=1000))
+    messages = [str(w.message) for w in caught]
+    if expected is None:
+        assert advice == "" and not messages
+    elif expected == "noise":
+        assert "noise stops the chain" in advice and len(messages) == 1
+    else:
+        assert "run is short" in advice and "predicts the length you plan" in advice
+        assert "noise stops" not in advice and len(messages) == 1

@@ -437,7 +437,7 @@ class DPGroupGibbs(DPStep):
         self, chains: int = 4, tune: int = 1000, draws: int = 1000, replicates: int = 1
     ) -> dict:
         """The sweep's predicted ``acceptance`` (of the group moves; ``coefficient_acceptance``
-        of the coefficients' moves, where the rows read coefficients),
+        of the coefficients' moves, NaN where the rows read none),
         median test ``noise`` (nats),
         bulk ``ess`` (all chains, smallest over the free coordinates) and ``rhat`` (largest),
         from released values only, by running this step's own sweep in the world its surrogate
@@ -483,13 +483,14 @@ class DPGroupGibbs(DPStep):
                         runs[c, i - tune] = q
                         accept.append(stats["accept_rate"])
                         noise.append(stats["noise_std"])
-                        coefficients.append(stats["accepted"])
+                        if self._structure.beta.size:
+                            coefficients.append(stats["accepted"])
             e, h = run_diagnostics(runs)
             ess.append(e)
             rhat.append(h)
         return {
             "acceptance": float(np.mean(accept)),
-            "coefficient_acceptance": float(np.mean(coefficients)),
+            "coefficient_acceptance": float(np.mean(coefficients)) if coefficients else np.nan,
             "noise": float(np.median(noise)),
             "ess": float(np.median(ess)),
             "rhat": float(np.median(rhat)),
