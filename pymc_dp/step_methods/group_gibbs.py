@@ -228,8 +228,9 @@ class _Structure:
 class _SurrogateRemainder:
     """The remainder kernel of the world :meth:`DPGroupGibbs.predicted_mixing` simulates: the
     likelihood is its second-order expansion at the anchor ``A`` (the released gradient ``G``,
-    the private fit's precision ``P``), whose remainder beyond ``G' Delta`` is the change of
-    ``-(psi - A)' P (psi - A) / 2``. No data, no clip (the exact clipped fraction is 0)."""
+    a precision ``P`` from the warm start's released curvature), whose remainder beyond
+    ``G' Delta`` is the change of ``-(psi - A)' P (psi - A) / 2``. No data, no clip (the exact
+    clipped fraction is 0)."""
 
     def __init__(self, anchor: np.ndarray, precision: np.ndarray) -> None:
         self._anchor, self._precision = anchor, precision
@@ -436,20 +437,21 @@ class DPGroupGibbs(DPStep):
     def predicted_mixing(
         self, chains: int = 4, tune: int = 1000, draws: int = 1000, replicates: int = 1
     ) -> dict:
-        """The sweep's predicted ``acceptance`` (of the group moves; ``coefficient_acceptance``
-        of the coefficients' moves, NaN where the rows read none),
-        median test ``noise`` (nats),
-        bulk ``ess`` (all chains, smallest over the free coordinates) and ``rhat`` (largest),
-        from released values only, by running this step's own sweep in the world its surrogate
-        describes: the likelihood equal to its second-order expansion at the anchor (the
-        released gradient, the private fit's released curvature), where a test rejects by its
-        noise, whose scale the public bounds of the simulated moves set, and by the gap between
-        that curvature and the noise-aware one the proposals use. The
-        hyperparameters' exact moves, the proposals, the bounds and the adaptation are the
-        step's own. Seeded (:data:`_MIXING_SEED`): the same step predicts the same; its noise is
-        not the chain's. Optimistic where a group's likelihood is far from Gaussian (a few
-        rows, near separation): there the real remainders add to the noise. ``replicates``:
-        simulated runs of ``chains`` chains (the medians are reported)."""
+        """The sweep's predicted ``acceptance`` (of the group moves), ``coefficient_acceptance``
+        (of the coefficients' moves; NaN where the rows read none), median test ``noise``
+        (nats), bulk ``ess`` (all chains, smallest over the free coordinates) and ``rhat``
+        (largest), from released values only.
+
+        It runs this step's own sweep (its proposals, bounds, exact hyperparameter moves and
+        adaptation) in the world its surrogate describes: the likelihood equal to its
+        second-order expansion at the anchor (the released gradient, the warm start's released
+        curvature). There a test rejects by its noise, whose scale the public bounds of the
+        simulated moves set, and by the gap between that curvature and the noise-aware one the
+        proposals use. Seeded (:data:`_MIXING_SEED`): the same step predicts the same; its
+        noise is not the chain's. Optimistic where a group's likelihood is far from Gaussian (a
+        few rows, near separation): there the real remainders add to the noise. Measured on
+        the 20-group row (README, "Hierarchical models"): acceptance and noise within 10%, bulk
+        ESS 1.3-2.2x low. ``replicates``: simulated runs of ``chains`` chains (medians)."""
         from pymc_dp.mixing import run_diagnostics
 
         chains = check_count(chains, "chains", minimum=1)
