@@ -150,6 +150,10 @@ class WarmStart:
         ``last_step``, ``bracket`` and ``lost`` (the spread they add, :class:`_Line`).
     unit : ndarray (D,)
         Posterior sds of the fit's metric, the unit of :attr:`expected_error`.
+    walk : ndarray (D,) or None
+        The distance a walk still moving has left, raw coordinates (:func:`_walk_remaining`):
+        the mode lies ahead along it, not behind. ``noise_cov`` holds it as the symmetric
+        spread ``walk walk^T``; a surrogate may use its direction (:mod:`pymc_dp.surrogate`).
     """
 
     mean: np.ndarray
@@ -158,6 +162,7 @@ class WarmStart:
     entries: tuple[GaussianMechanism, ...] = field(default=())
     errors: dict = field(default_factory=dict)
     unit: np.ndarray | None = None
+    walk: np.ndarray | None = None
 
     @property
     def posterior_cov(self) -> np.ndarray:
@@ -613,6 +618,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
         entries=entries,
         errors=errors,
         unit=unit,
+        walk=walk,
     )
 
 

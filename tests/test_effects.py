@@ -255,10 +255,10 @@ def _intercepts(effects, n=600, seed=3) -> pm.Model:
 @pytest.mark.parametrize("effects, warned", [([-0.3, 0.4, -0.8], False), ([-0.3, 0.4, -7.0], True)])
 def test_a_group_near_separation_is_named_when_the_fit_cannot_inform_it(effects, warned):
     """A group with a rare outcome (logit -7: under one event expected in its 200 rows) leaves
-    the private fit uninformed in some direction, where NUTS then follows the hierarchical prior
-    (at n = 2e4 that direction was the extreme groups' contrast, and the scale came out biased
-    low: README, 'Hierarchical models'): the warning names the risk to a hierarchy's scale. The
-    same model with groups away from separation is informed everywhere and gets no warning."""
+    the private fit uninformed in some direction (600 rows: the noise, not a walk that has not
+    arrived), where NUTS then follows the hierarchical prior: the warning names the risk to a
+    hierarchy's scale. The same model with groups away from separation is informed everywhere
+    and gets no warning."""
     import warnings
 
     clip = pdp.glm_clip(np.ones(3))
