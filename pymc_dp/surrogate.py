@@ -24,7 +24,8 @@ near-separable random intercepts, where the walk runs along the extreme groups' 
 out with the hierarchy's scale 3.8-7.4 of its own sds low). :func:`gaussian_surrogate` takes
 the spread out (``walk=``) and :func:`walk_left` puts it back one-sided: the likelihood's centre
 at ``m + s walk`` with a latent ``s ~ HalfNormal(1)`` (second moment 1, the spread's), which
-NUTS integrates over.
+NUTS integrates over. ``DPLaplace`` does so with group effects only: elsewhere the symmetric
+spread is honest and the walk's length overstates the distance left of a walk nearly arrived.
 """
 
 from __future__ import annotations

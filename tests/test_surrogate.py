@@ -11,7 +11,7 @@ import pymc as pm
 import pytest
 
 import pymc_dp as pdp
-from pymc_dp.surrogate import gaussian_surrogate
+from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate
 from tests.stats_helpers import check_moments
 
 
@@ -115,7 +115,7 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing is floored to the prior
-        sur = warped.surrogate_model()
+        sur = warped.surrogate_model(walk_ahead=True)
     idata = pm.sample(
         draws=2000,
         tune=1000,
@@ -141,6 +141,37 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     sd = np.sqrt(np.diag(c0) + w @ (means - mean) ** 2)
     assert (mean - m)[0] > 10 * sd[0] / np.sqrt(1000)  # ahead of the fit, many MC errors
     check_moments(draws, mean, sd)
+
+
+def test_without_group_effects_the_fit_keeps_its_walk_s_spread(gaussian_prior_laplace):
+    """By default a model without group effects keeps the symmetric spread of a walk still
+    moving (measured: the walk overstates the distance left of a walk nearly arrived), so the
+    surrogate gives back the fit ``N(m, cov + noise_cov)`` under the Gaussian prior; a wrong
+    ``walk_ahead`` is refused by name."""
+    model, step = gaussian_prior_laplace
+    m, walk = np.array([0.3, 1.0, -1.0]), np.array([0.12, 0.1, 0.0])
+    c0 = np.diag([0.04, 0.05, 0.05]) ** 2
+    warped = copy.copy(step)
+    warped.warm = dataclasses.replace(
+        step.warm, mean=m, cov=0.5 * c0, noise_cov=0.5 * c0 + np.outer(walk, walk), walk=walk
+    )
+    with pytest.raises(TypeError, match="walk_ahead"):
+        warped.surrogate_model(walk_ahead="yes")
+    sur = warped.surrogate_model()
+    assert WALK_LEFT not in sur.named_vars
+    idata = pm.sample(
+        draws=2000,
+        tune=1000,
+        chains=2,
+        cores=1,
+        model=sur,
+        random_seed=6,
+        initvals={"q": m},
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
+    cov = warped.warm.posterior_cov
+    check_moments(idata.posterior["q"].values, m, np.sqrt(np.diag(cov)))
 
 
 def test_a_prior_that_is_not_log_concave_lends_no_information_and_no_runaway():
