@@ -53,10 +53,13 @@ from benchmarks.timing import format_table
 
 __all__ = [
     "GLM_NAMES",
+    "GROUPED_NAMES",
     "HEADER",
     "LINEAR_NAMES",
     "glm_model",
     "glm_rows",
+    "grouped_data",
+    "grouped_model",
     "linear_data",
     "linear_model",
     "linear_rows",
@@ -65,6 +68,8 @@ __all__ = [
 
 LINEAR_NAMES = ("fair_linear", "synthetic_linear", "randhie_linear")
 GLM_NAMES = ("poisson", "robust", "hierarchical")
+GROUPED_NAMES = ("fair_occupation",)
+
 HEADER = [
     "data",
     "n",
@@ -117,6 +122,35 @@ def linear_model(X: np.ndarray, y: np.ndarray) -> pm.Model:
         beta = pm.Normal("beta", 0.0, 2.5, shape=X.shape[1])
         sigma = pm.HalfNormal("sigma", 2.5)
         pm.Normal("y", alpha + Xd @ beta, sigma, observed=y)
+    return m
+
+
+def grouped_data(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(X without intercept, binary y, group codes 0..G-1, G)`` of a real grouped data set.
+
+    ``fair_occupation``: statsmodels' ``fair`` (n = 6 366), "any affair" on the marriage rating
+    and religiousness (codebook ranges onto [-1, 1]), grouped by the wife's occupation (codebook
+    categories 1-6: 41-2 783 rows each)."""
+    if name == "fair_occupation":
+        from statsmodels.datasets import fair
+
+        df = fair.load_pandas().data
+        table = {k: realdata.PUBLIC_BOUNDS["fair"][k] for k in ("rate_marriage", "religious")}
+        raw = {c: df[c].to_numpy(np.float64) for c in table}
+        enc = pdp.encode_covariates(raw, {c: (lo, hi) for c, (lo, hi, _) in table.items()})
+        groups = df["occupation"].to_numpy().astype(int) - 1
+        return enc.X[:, 1:], (df["affairs"].to_numpy() > 0).astype(int), groups, 6
+    raise KeyError(f"unknown data set {name!r}; expected one of {GROUPED_NAMES}")
+
+
+def grouped_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_groups: int) -> pm.Model:
+    """Random-intercept logistic regression, ``mu + tau * z[group] + X @ beta``."""
+    with pm.Model() as m:
+        Xd, gd = pm.Data("X", X), pm.Data("g", groups)
+        mu, tau = pm.Normal("mu", 0.0, 2.5), pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=n_groups)
+        beta = pm.Normal("beta", 0.0, 2.5, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=mu + tau * z[gd] + Xd @ beta, observed=y)
     return m
 
 
