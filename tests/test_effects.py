@@ -276,3 +276,57 @@ def test_a_group_near_separation_is_named_when_the_fit_cannot_inform_it(effects,
         step.surrogate_model()
     named = [w for w in caught if "near separation" in str(w.message)]
     assert bool(named) is warned
+
+
+def test_with_group_effects_the_walk_is_put_ahead_in_the_effects_coordinates():
+    """The default with group effects (found in review: no test ran it): the surrogate's
+    likelihood at ``(q, s)`` is the Gaussian of :func:`gaussian_surrogate` (the walk's spread
+    taken out) at ``psi(q) - m - s walk``, ``psi`` each group's effect and the coefficients,
+    where the fit and its walk live (``psi`` here from ``EffectLikelihood.ravel`` of the model's
+    point, not from the surrogate's graph). Fails with the walk's sign flipped; the spread's
+    removal is pinned by ``test_surrogate``."""
+    import copy
+    import dataclasses
+    import warnings
+
+    from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate
+
+    clip = pdp.glm_clip(np.ones(3))
+    with _intercepts([-0.3, 0.4, -0.8]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPLaplace(
+            epsilon=4.0,
+            grad_clip=clip.grad_clip,
+            hess_clip=clip.hess_clip,
+            noise_seed=1,
+            compile_kwargs=FAST,
+        )
+    eff, warm = step.fit_likelihood, step.warm
+    assert isinstance(eff, EffectLikelihood)
+    rng = np.random.default_rng(0)
+    walk = 2.0 * np.sqrt(np.diag(warm.cov)) * rng.choice([-1.0, 1.0], warm.mean.size)
+    warped = copy.copy(step)
+    warped.warm = dataclasses.replace(
+        warm, noise_cov=warm.noise_cov + np.outer(walk, walk), walk=walk
+    )
+    sur = warped.surrogate_model()
+    assert WALK_LEFT in sur.named_vars
+    _, grad = eff.prior_logp_and_grad(warm.mean)
+    idx, p, g, _ = gaussian_surrogate(
+        warm.mean,
+        warped.warm.posterior_cov,
+        eff.prior_hessian(warm.mean),
+        grad,
+        eff.likelihood_mask,
+        walk=walk,
+    )
+    (term,) = sur.replace_rvs_by_values([sur["likelihood"]])
+    loglik = sur.compile_fn(term, inputs=sur.value_vars, on_unused_input="ignore")
+    base = step.likelihood
+    for s in (0.3, 1.0, 2.5):
+        q = base.ravel(base.model.initial_point()) + rng.normal(0, 0.3, base.dim)
+        psi = eff.ravel(base.unravel(q))
+        d = (psi - warm.mean - s * walk)[idx]
+        expected = -0.5 * d @ p @ d + g @ d
+        got = float(loglik({"q": q, f"{WALK_LEFT}_log__": np.log(s)}))
+        assert got == pytest.approx(expected, rel=1e-8, abs=1e-8), (s, got, expected)

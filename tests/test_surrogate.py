@@ -103,8 +103,10 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     ``N(0, S)`` exact prior x surrogate is then, given ``s``, ``N(m + s walk, C0)`` tilted by the
     prior's ratio ``p(q) / p(q - s walk)``, weighted by ``s``'s marginal (computed here by
     quadrature, independently of the surrogate's code). Fails with the walk's sign flipped, with
-    the spread left in (directions floored to the prior) or with ``s`` fixed at 0 (found
-    measuring: near-separable random intercepts, README 'Hierarchical models')."""
+    the spread left in (the mean stays at ``m``, sd 0.126 instead of 0.082) or with ``s`` fixed
+    at 0 (found measuring: near-separable random intercepts, README 'Hierarchical models'). The
+    sd's standard error is normal theory; this marginal's excess kurtosis (0.55) makes it ~1.13x
+    too small (z ~ 3.5, not 4)."""
     model, step = gaussian_prior_laplace
     m = np.array([0.3, 1.0, -1.0])
     c0 = np.diag([0.04, 0.05, 0.05]) ** 2
@@ -113,9 +115,10 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     warped.warm = dataclasses.replace(
         step.warm, mean=m, cov=0.5 * c0, noise_cov=0.5 * c0 + np.outer(walk, walk), walk=walk
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing is floored to the prior
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         sur = warped.surrogate_model(walk_ahead=True)
+    assert not [w for w in caught if "pymc-dp" in str(w.message)]  # nothing floored
     idata = pm.sample(
         draws=2000,
         tune=1000,
