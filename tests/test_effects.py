@@ -252,6 +252,22 @@ def _intercepts(effects, n=600, seed=3) -> pm.Model:
     return model
 
 
+def _laplace(effects) -> pdp.DPLaplace:
+    """``DPLaplace`` at epsilon 4 (seeded noise) on :func:`_intercepts` with these effects."""
+    import warnings
+
+    clip = pdp.glm_clip(np.ones(3))
+    with _intercepts(effects), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pdp.DPLaplace(
+            epsilon=4.0,
+            grad_clip=clip.grad_clip,
+            hess_clip=clip.hess_clip,
+            noise_seed=1,
+            compile_kwargs=FAST,
+        )
+
+
 @pytest.mark.parametrize("effects, warned", [([-0.3, 0.4, -0.8], False), ([-0.3, 0.4, -7.0], True)])
 def test_a_group_near_separation_is_named_when_the_fit_cannot_inform_it(effects, warned):
     """A group with a rare outcome (logit -7: under one event expected in its 200 rows) leaves
@@ -261,16 +277,7 @@ def test_a_group_near_separation_is_named_when_the_fit_cannot_inform_it(effects,
     and gets no warning."""
     import warnings
 
-    clip = pdp.glm_clip(np.ones(3))
-    with _intercepts(effects), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        step = pdp.DPLaplace(
-            epsilon=4.0,
-            grad_clip=clip.grad_clip,
-            hess_clip=clip.hess_clip,
-            noise_seed=1,
-            compile_kwargs=FAST,
-        )
+    step = _laplace(effects)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         step.surrogate_model()
@@ -287,20 +294,10 @@ def test_with_group_effects_the_walk_is_put_ahead_in_the_effects_coordinates():
     removal is pinned by ``test_surrogate``."""
     import copy
     import dataclasses
-    import warnings
 
     from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate
 
-    clip = pdp.glm_clip(np.ones(3))
-    with _intercepts([-0.3, 0.4, -0.8]), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        step = pdp.DPLaplace(
-            epsilon=4.0,
-            grad_clip=clip.grad_clip,
-            hess_clip=clip.hess_clip,
-            noise_seed=1,
-            compile_kwargs=FAST,
-        )
+    step = _laplace([-0.3, 0.4, -0.8])
     eff, warm = step.fit_likelihood, step.warm
     assert isinstance(eff, EffectLikelihood)
     rng = np.random.default_rng(0)

@@ -96,6 +96,41 @@ def test_dplaplace_nuts_draws_are_the_fit_under_a_gaussian_prior(gaussian_prior_
     assert int(idata.sample_stats["surrogate_diverging"].sum()) == 0
 
 
+#: A fit with a walk still moving, its covariance without the walk's spread, and the walk.
+WALK_MEAN, WALK_C0 = np.array([0.3, 1.0, -1.0]), np.diag([0.04, 0.05, 0.05]) ** 2
+WALK = np.array([0.12, 0.1, 0.0])  # 3 and 2 fit sds: the walk dominates the spread
+
+
+def _walking(step):
+    """A copy of ``step`` whose fit is ``N(WALK_MEAN, WALK_C0 + WALK WALK^T)``, walk ``WALK``."""
+    warped = copy.copy(step)
+    warped.warm = dataclasses.replace(
+        step.warm,
+        mean=WALK_MEAN,
+        cov=0.5 * WALK_C0,
+        noise_cov=0.5 * WALK_C0 + np.outer(WALK, WALK),
+        walk=WALK,
+    )
+    return warped
+
+
+def _nuts_draws(sur, seed: int) -> np.ndarray:
+    """(chain, draw, dim) NUTS draws of ``q`` on a surrogate model, 2 x (1000 + 2000)."""
+    idata = pm.sample(
+        draws=2000,
+        tune=1000,
+        chains=2,
+        cores=1,
+        model=sur,
+        random_seed=seed,
+        initvals={"q": WALK_MEAN},
+        target_accept=0.9,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
+    return idata.posterior["q"].values
+
+
 def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian_prior_laplace):
     """A fit whose Newton walk was still moving knows its mode lies ahead along ``walk``; its
     covariance holds that as the spread ``walk walk^T``. The surrogate takes the spread out and
@@ -107,31 +142,14 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     at 0 (found measuring: near-separable random intercepts, README 'Hierarchical models'). The
     sd's standard error is normal theory; this marginal's excess kurtosis (0.55) makes it ~1.13x
     too small (z ~ 3.5, not 4)."""
-    model, step = gaussian_prior_laplace
-    m = np.array([0.3, 1.0, -1.0])
-    c0 = np.diag([0.04, 0.05, 0.05]) ** 2
-    walk = np.array([0.12, 0.1, 0.0])  # 3 and 2 fit sds: the walk dominates the spread
-    warped = copy.copy(step)
-    warped.warm = dataclasses.replace(
-        step.warm, mean=m, cov=0.5 * c0, noise_cov=0.5 * c0 + np.outer(walk, walk), walk=walk
-    )
+    _, step = gaussian_prior_laplace
+    m, c0, walk = WALK_MEAN, WALK_C0, WALK
+    warped = _walking(step)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sur = warped.surrogate_model(walk_ahead=True)
     assert not [w for w in caught if "pymc-dp" in str(w.message)]  # nothing floored
-    idata = pm.sample(
-        draws=2000,
-        tune=1000,
-        chains=2,
-        cores=1,
-        model=sur,
-        random_seed=5,
-        initvals={"q": m},
-        target_accept=0.9,
-        progressbar=False,
-        compute_convergence_checks=False,
-    )
-    draws = idata.posterior["q"].values
+    draws = _nuts_draws(sur, seed=5)
     # the marginal of s and the tilted mean given s, S = 2.5^2 I (the model's prior)
     a = walk / 2.5**2
     s = np.linspace(0.0, 8.0, 4001)
@@ -151,30 +169,14 @@ def test_without_group_effects_the_fit_keeps_its_walk_s_spread(gaussian_prior_la
     moving (measured: the walk overstates the distance left of a walk nearly arrived), so the
     surrogate gives back the fit ``N(m, cov + noise_cov)`` under the Gaussian prior; a wrong
     ``walk_ahead`` is refused by name."""
-    model, step = gaussian_prior_laplace
-    m, walk = np.array([0.3, 1.0, -1.0]), np.array([0.12, 0.1, 0.0])
-    c0 = np.diag([0.04, 0.05, 0.05]) ** 2
-    warped = copy.copy(step)
-    warped.warm = dataclasses.replace(
-        step.warm, mean=m, cov=0.5 * c0, noise_cov=0.5 * c0 + np.outer(walk, walk), walk=walk
-    )
+    _, step = gaussian_prior_laplace
+    warped = _walking(step)
     with pytest.raises(TypeError, match="walk_ahead"):
         warped.surrogate_model(walk_ahead="yes")
     sur = warped.surrogate_model()
     assert WALK_LEFT not in sur.named_vars
-    idata = pm.sample(
-        draws=2000,
-        tune=1000,
-        chains=2,
-        cores=1,
-        model=sur,
-        random_seed=6,
-        initvals={"q": m},
-        progressbar=False,
-        compute_convergence_checks=False,
-    )
-    cov = warped.warm.posterior_cov
-    check_moments(idata.posterior["q"].values, m, np.sqrt(np.diag(cov)))
+    sd = np.sqrt(np.diag(warped.warm.posterior_cov))
+    check_moments(_nuts_draws(sur, seed=6), WALK_MEAN, sd)
 
 
 def test_a_prior_that_is_not_log_concave_lends_no_information_and_no_runaway():
