@@ -294,6 +294,12 @@ class PerRowLikelihood:
             [np.full(size, name in reads) for name, _, size, _ in self._point_map_info]
         )
 
+    @cached_property
+    def variable_blocks(self) -> np.ndarray:
+        """The index (in ``vars``) of the variable each raveled coordinate belongs to."""
+        sizes = [size for _, _, size, _ in self._point_map_info]
+        return np.repeat(np.arange(len(sizes)), sizes)
+
     # ------------------------------------------------------------------ symbolic pieces
     def _grad_components(self, rows: Variable) -> list[Variable]:
         """Per-row partial derivatives of ``rows``, one (n,) graph per coordinate.

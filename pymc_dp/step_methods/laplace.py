@@ -103,15 +103,16 @@ class DPLaplace(DPStep):
     model's own coordinates). Where groups are near-separable (``tau = 3``: effects beyond +-4
     on the logit scale, which four Newton steps do not reach) the walk's distance left is put
     ahead of the fit, not around it (:func:`pymc_dp.surrogate.walk_left`): at 20 groups and
-    epsilon 4 the hyper sd within 0.27-0.44 NUTS sds (W), 0.3-0.5 of its own sds, where the
+    epsilon 4 the hyper sd within 0.23-0.45 NUTS sds (W), 0.2-0.5 of its own sds, where the
     symmetric spread had left it 3.8-7.4 of its own sds low; the most extreme group (no
     failure in ~1700 rows) still came out 3.1-3.6 own sds short in 4 of 10 seeds of a
-    6-group model (its likelihood is one-sided), and a walk set by slow coefficients overstates
-    the groups' part of it (a review: coefficients (5, -4) at n = 5000, 2.1-3.9 own sds short,
-    as before the change). It is wide where groups are small (30 rows per group: 6-11 NUTS sds
-    off, within 1.4 own sds) or one is empty. For models with a scale parameter (Normal with
-    unknown sigma, StudentT) a review found runs several of their own sds
-    off (the clipped score of the scale biases the fit): use :class:`~pymc_dp.DPSuffStats` for
+    6-group model (its likelihood is one-sided). Each variable takes its own share of the walk
+    (slow coefficients (5, -4) at n = 5000 and epsilon 2: 1.9-2.3 own sds short, 2.1-3.8 with
+    one share; wider where the hierarchy cannot tell a block's share: coefficients 6x NUTS'
+    sds in 1 of 3 near-separable seeds). It is wide where groups are small (30 rows per group:
+    6-11 NUTS sds off, within 1.4 own sds) or one is empty. For models with a scale parameter
+    (Normal with unknown sigma, StudentT) a review found runs several of their own sds off
+    (the clipped score of the scale biases the fit): use :class:`~pymc_dp.DPSuffStats` for
     Normal linear regression, MCMC or :mod:`pymc_dp.expfam` otherwise. Logistic regressions with
     a mode far from 0 (coefficients of 5-7 on [-1, 1] covariates, near-separable binary designs)
     make the Newton walk slow; its distance left is in the spread, widely, but a review still
@@ -232,6 +233,7 @@ class DPLaplace(DPStep):
             walk=walk,
         )
         ahead = None if walk is None else walk[idx]
+        blocks = lik.variable_blocks[idx]  # one share of the walk per variable (effect vector)
         if uninformed:
             effects_note = (
                 " With group effects this can pull groups near separation (a rare or certain "
@@ -254,7 +256,7 @@ class DPLaplace(DPStep):
             coords = q if effects is None else effects.psi_of(q)
             d = coords[idx] - centre
             if ahead is not None:
-                d = d - walk_left(ahead)
+                d = d - walk_left(ahead, blocks)
             return -0.5 * pt.dot(d, pt.dot(precision, d)) + pt.dot(pull, d)
 
         return surrogate_model(self.likelihood, gaussian)
