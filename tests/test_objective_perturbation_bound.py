@@ -23,8 +23,10 @@ def test_the_bound_sits_between_one_and_two_absolute_normals(eps, mu):
     assert 2 * gauss < value < 4 * gauss
 
 
-def test_the_bound_matches_a_monte_carlo_of_its_loss():
-    eps, mu, eps_j = 0.3, 0.8, 0.1
+@pytest.mark.parametrize("eps, mu, eps_j", [(0.3, 0.8, 0.1), (1.5, 0.8, 0.1)])
+def test_the_bound_matches_a_monte_carlo_of_its_loss(eps, mu, eps_j):
+    # the first integrates from 0, the second from (eps - eps_j - mu^2/2) / mu = 1.35 (the
+    # branch calibration uses)
     m = np.abs(np.random.default_rng(7).standard_normal((2, 2_000_000))).max(axis=0)
     samples = np.maximum(0.0, -np.expm1(eps - eps_j - mu * m - mu * mu / 2))
     mc, se = samples.mean(), samples.std() / np.sqrt(m.size)
