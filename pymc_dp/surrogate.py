@@ -25,13 +25,13 @@ out with the hierarchy's scale 3.8-7.4 of its own sds low). :func:`gaussian_surr
 the spread out (``walk=``) and :func:`walk_left` puts it back one-sided: the likelihood's centre
 at ``m + s walk`` with a latent ``s ~ HalfNormal(1)``, which NUTS integrates over (the
 posterior's mode then moves by ``s (I - C0 Lambda) walk``, ``Lambda`` the prior's precision). The
-scale 1 keeps the removed spread's second moment; the exact prior decides ``s``. Each variable
-of the fit's coordinates (a vector of group effects, the coefficients) gets its own share
-``s_k``: with one share, a block whose walk overstated its distance left (groups nearly
-arrived) held back a block still far (slow coefficients 2.1-3.8 own sds short in a review;
-1.9-2.3 with a share each, wider where the exact prior cannot tell a block's share). ``DPLaplace``
-does so with group effects only: elsewhere the symmetric spread is honest and the walk's length
-overstates the distance left of a walk nearly arrived.
+scale 1 keeps the removed spread's second moment; the exact hierarchical prior decides ``s``.
+``DPLaplace`` puts only the group effects' part of the walk ahead: elsewhere (the coefficients,
+models without effects) the symmetric spread is honest, the walk's length overstates the
+distance left of a walk nearly arrived, and a share their prior does not decide would move
+them by about half their walk whether or not it was left. With one share for the whole walk,
+the groups (nearly arrived) held the coefficients' part back where slow coefficients set it (a
+review: 2.1-3.8 own sds short; 2.4-2.7 with their spread kept).
 """
 
 from __future__ import annotations
@@ -153,19 +153,8 @@ def gaussian_surrogate(
     return idx, p, g, int(np.sum(~keep))
 
 
-def walk_left(walk: np.ndarray, blocks: np.ndarray | None = None) -> pt.TensorVariable:
-    """``s[blocks] * walk`` with ``s ~ HalfNormal(1)`` latents of the surrogate model (call inside
-    it): the likelihood's centre moves ahead along the walk still moving, never behind (module
-    docstring). ``blocks`` (an int per coordinate, e.g. the variable it belongs to) gives each
-    block of the walk its own share ``s_k``: one ratio for the whole walk let a block whose walk
-    overstated its distance left (random intercepts nearly arrived) hold back a block still far
-    (slow coefficients). One latent per block whose walk is not zero; ``None``: one block."""
-    walk = np.asarray(walk, float)
-    blocks = np.zeros(walk.size, int) if blocks is None else np.asarray(blocks)
-    if blocks.shape != walk.shape:
-        raise ValueError(f"`blocks` has shape {blocks.shape}, the walk {walk.shape}")
-    moving = np.unique(blocks[walk != 0])
-    # coordinates whose walk is zero read any latent: their term is 0
-    which = np.clip(np.searchsorted(moving, blocks), 0, max(moving.size - 1, 0))
-    share = pm.HalfNormal(WALK_LEFT, 1.0, shape=max(moving.size, 1))
-    return share[which] * pt.as_tensor_variable(walk)
+def walk_left(walk: np.ndarray) -> pt.TensorVariable:
+    """``s walk`` with ``s ~ HalfNormal(1)`` a latent of the surrogate model (call inside it): the
+    likelihood's centre moves ahead along the walk still moving, never behind (module
+    docstring)."""
+    return pm.HalfNormal(WALK_LEFT, 1.0) * pt.as_tensor_variable(np.asarray(walk, float))

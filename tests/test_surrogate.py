@@ -11,7 +11,7 @@ import pymc as pm
 import pytest
 
 import pymc_dp as pdp
-from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate, walk_left
+from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate
 from tests.stats_helpers import check_moments
 
 
@@ -162,24 +162,6 @@ def test_a_walk_still_moving_is_put_back_ahead_of_the_fit_not_around_it(gaussian
     sd = np.sqrt(np.diag(c0) + w @ (means - mean) ** 2)
     assert (mean - m)[0] > 10 * sd[0] / np.sqrt(1000)  # ahead of the fit, many MC errors
     check_moments(draws, mean, sd)
-
-
-def test_each_block_of_a_walk_gets_its_own_share_and_a_block_at_rest_none():
-    """``walk_left(walk, blocks)`` is ``s[block] * walk`` with one ``HalfNormal(1)`` share per
-    block whose walk moves (a block at rest adds no latent); a mismatched ``blocks`` is refused
-    by name."""
-    walk = np.array([1.0, -2.0, 0.0, 0.0, 3.0])
-    blocks = np.array([4, 4, 7, 7, 9])
-    with pm.Model() as m:
-        shift = walk_left(walk, blocks)
-    share = m[WALK_LEFT]
-    assert share.type.shape == (2,)
-    (term,) = m.replace_rvs_by_values([shift])
-    got = m.compile_fn(term, inputs=m.value_vars)({f"{WALK_LEFT}_log__": np.log([0.5, 2.0])})
-    np.testing.assert_allclose(got, [0.5, -1.0, 0.0, 0.0, 6.0])
-    with pytest.raises(ValueError, match="blocks"):
-        with pm.Model():
-            walk_left(walk, blocks[:4])
 
 
 def test_without_group_effects_the_fit_keeps_its_walk_s_spread(gaussian_prior_laplace):

@@ -103,17 +103,18 @@ class DPLaplace(DPStep):
     model's own coordinates). Where groups are near-separable (``tau = 3``: effects beyond +-4
     on the logit scale, which four Newton steps do not reach) the walk's distance left is put
     ahead of the fit, not around it (:func:`pymc_dp.surrogate.walk_left`): at 20 groups and
-    epsilon 4 the hyper sd within 0.23-0.45 NUTS sds (W), 0.2-0.5 of its own sds, where the
+    epsilon 4 the hyper sd within 0.23-0.51 NUTS sds (W), 0.2-0.5 of its own sds, where the
     symmetric spread had left it 3.8-7.4 of its own sds low; the most extreme group (no
     failure in ~1700 rows) still came out 3.1-3.6 own sds short in 4 of 10 seeds of a
-    6-group model (its likelihood is one-sided). Each variable takes its own share of the walk
-    (slow coefficients (5, -4) at n = 5000 and epsilon 2: 1.9-2.3 own sds short, 2.1-3.8 with
-    one share; wider where the hierarchy cannot tell a block's share: coefficients 6x NUTS'
-    sds in 1 of 3 near-separable seeds). It is wide where groups are small (30 rows per group:
-    6-11 NUTS sds off, within 1.4 own sds) or one is empty. For models with a scale parameter
-    (Normal with unknown sigma, StudentT) a review found runs several of their own sds off
-    (the clipped score of the scale biases the fit): use :class:`~pymc_dp.DPSuffStats` for
-    Normal linear regression, MCMC or :mod:`pymc_dp.expfam` otherwise. Logistic regressions with
+    6-group model (its likelihood is one-sided). Only the groups' part of the walk goes ahead;
+    the coefficients keep theirs as a spread (slow coefficients (5, -4) at n = 5000 and epsilon
+    2: 2.4-2.7 own sds short, 2.1-3.8 with the whole walk ahead, and wide: 6-10x NUTS' sds,
+    15-20 NUTS sds off, where four steps do not reach them). It is wide where groups are small
+    (30 rows per group: 6-11 NUTS sds off, within 1.4 own sds) or one is empty. For models
+    with a scale parameter (Normal with unknown sigma, StudentT) a review found runs several of
+    their own sds off (the clipped score of the scale biases the fit): use
+    :class:`~pymc_dp.DPSuffStats` for Normal linear regression, MCMC or :mod:`pymc_dp.expfam`
+    otherwise. Logistic regressions with
     a mode far from 0 (coefficients of 5-7 on [-1, 1] covariates, near-separable binary designs)
     make the Newton walk slow; its distance left is in the spread, widely, but a review still
     found 15-20% of runs more than 3 of their own sds off with 2 or 5 steps at 5000 rows, and
@@ -213,7 +214,8 @@ class DPLaplace(DPStep):
         the extreme groups' spread uninformed and NUTS pulled it back (near-separable groups:
         the scale 3.8-7.4 own sds low); without, the fit's spread is kept (on logistic
         regressions with a mode far from 0, 40 seeds, the walk overstates the distance left
-        once the walk has nearly arrived: the median error grew from 0.2 to 1.1 own sds).
+        once the walk has nearly arrived: the median error grew from 0.2 to 1.1 own sds). With
+        group effects only their part goes ahead; the coefficients keep their spread.
         """
         if walk_ahead is not None and not isinstance(walk_ahead, bool | np.bool_):
             raise TypeError(f"`walk_ahead` must be True, False or None, got {walk_ahead!r}")
@@ -221,19 +223,31 @@ class DPLaplace(DPStep):
         if walk_ahead is None:
             walk_ahead = self._effects is not None
         walk = warm.walk if walk_ahead else None
-        if walk is not None and not np.any(walk[lik.likelihood_mask]):
-            walk = None  # nothing to put ahead where the likelihood reads: keep the spread
+        cov, ahead = warm.posterior_cov, None
+        if walk is not None and self._effects is not None:
+            # only the group effects' part goes ahead, where the hierarchy decides its share;
+            # the coefficients keep theirs as a spread, as models without effects do (a share
+            # of their own, which their prior does not decide, moved them by about half their
+            # walk whether or not it was left: 8 NUTS sds on a near-separable seed)
+            on_effects = lik.variable_blocks < lik.effects.n_effects
+            kept = np.where(on_effects, 0.0, walk)
+            cov = cov + np.outer(kept, kept)
+            ahead = np.where(on_effects, walk, 0.0)
+        elif walk is not None:
+            ahead = walk
+        if ahead is not None and not np.any(ahead[lik.likelihood_mask]):
+            walk = ahead = None  # nothing to put ahead where the likelihood reads: keep the spread
+            cov = warm.posterior_cov
         _, grad = lik.prior_logp_and_grad(warm.mean)
         idx, precision, pull, uninformed = gaussian_surrogate(
             warm.mean,
-            warm.posterior_cov,
+            cov,
             lik.prior_hessian(warm.mean),
             grad,
             lik.likelihood_mask,
             walk=walk,
         )
-        ahead = None if walk is None else walk[idx]
-        blocks = lik.variable_blocks[idx]  # one share of the walk per variable (effect vector)
+        ahead = None if ahead is None else ahead[idx]
         if uninformed:
             effects_note = (
                 " With group effects this can pull groups near separation (a rare or certain "
@@ -256,7 +270,7 @@ class DPLaplace(DPStep):
             coords = q if effects is None else effects.psi_of(q)
             d = coords[idx] - centre
             if ahead is not None:
-                d = d - walk_left(ahead, blocks)
+                d = d - walk_left(ahead)
             return -0.5 * pt.dot(d, pt.dot(precision, d)) + pt.dot(pull, d)
 
         return surrogate_model(self.likelihood, gaussian)
