@@ -125,8 +125,9 @@ def gaussian_surrogate(
     """``(idx, P, g, uninformed)`` of the Gaussian likelihood surrogate of a fit
     ``N(mean, cov)`` (module docstring): ``idx`` the coordinates the likelihood reads,
     ``uninformed`` the directions floored to the prior. With ``walk`` (the fit's
-    ``WarmStart.walk``, whose spread ``cov`` holds), that spread is left out: the caller adds
-    it one-sided with :func:`walk_left`.
+    ``WarmStart.walk``, whose spread ``cov`` holds), that spread is left out: the caller puts
+    back what it keeps, one-sided with :func:`walk_left` or as spread added to ``cov``
+    (``DPLaplace``: the group effects' part ahead, the coefficients' part as spread).
 
     The prior precision subtracted is the one the fit used, ``PD(-H)`` (a prior that is not
     log-concave, e.g. Student-t tails or a centred hierarchy, must not lend its convexity to the

@@ -103,9 +103,9 @@ class DPLaplace(DPStep):
     model's own coordinates). Where groups are near-separable (``tau = 3``: effects beyond +-4
     on the logit scale, which four Newton steps do not reach) the walk's distance left is put
     ahead of the fit, not around it (:func:`pymc_dp.surrogate.walk_left`): at 20 groups and
-    epsilon 4 the hyper sd within 0.23-0.51 NUTS sds (W), 0.2-0.5 of its own sds, where the
+    epsilon 4 the hyper sd within 0.26-0.44 NUTS sds (W), 0.26-0.44 of its own sds, where the
     symmetric spread had left it 3.8-7.4 of its own sds low; the most extreme group (no
-    failure in ~1700 rows) still came out 3.1-3.6 own sds short in 4 of 10 seeds of a
+    failure in ~1700 rows) still came out 3.05-3.41 own sds short in 2 of 10 seeds of a
     6-group model (its likelihood is one-sided). Only the groups' part of the walk goes ahead;
     the coefficients keep theirs as a spread (slow coefficients (5, -4) at n = 5000 and epsilon
     2: 2.4-2.7 own sds short, 2.1-3.8 with the whole walk ahead, and wide: 6-10x NUTS' sds,
@@ -252,7 +252,8 @@ class DPLaplace(DPStep):
             effects_note = (
                 " With group effects this can pull groups near separation (a rare or certain "
                 "outcome) towards the others under the hierarchical prior and bias its scale "
-                "low (README, 'Hierarchical models')."
+                "low, or leave coefficients whose walk had far to go to their prior (README, "
+                "'Hierarchical models')."
                 if self._effects is not None
                 else ""
             )
