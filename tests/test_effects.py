@@ -333,3 +333,38 @@ def test_with_group_effects_the_walk_is_put_ahead_in_the_effects_coordinates():
         expected = -0.5 * d @ p @ d + g @ d
         got = float(loglik({"q": q, f"{WALK_LEFT}_log__": np.log(s)}))
         assert got == pytest.approx(expected, rel=1e-8, abs=1e-8), (s, got, expected)
+
+
+def test_a_walk_left_only_on_the_coefficients_stays_a_spread():
+    """Where the groups' effects have arrived and only the coefficients' walk moves, nothing
+    goes ahead: the surrogate is the fit with its whole spread (``cov + noise_cov``), as without
+    group effects. Fails if that spread were counted twice (added back and not taken out)."""
+    import copy
+    import dataclasses
+
+    from pymc_dp.surrogate import WALK_LEFT, gaussian_surrogate
+
+    step = _laplace([-0.3, 0.4, -0.8])
+    eff, warm = step.fit_likelihood, step.warm
+    walk = np.r_[np.zeros(3), 2.0 * np.sqrt(np.diag(warm.cov))[3:]]  # the coefficients only
+    warped = copy.copy(step)
+    warped.warm = dataclasses.replace(
+        warm, noise_cov=warm.noise_cov + np.outer(walk, walk), walk=walk
+    )
+    sur = warped.surrogate_model()
+    assert WALK_LEFT not in sur.named_vars
+    _, grad = eff.prior_logp_and_grad(warm.mean)
+    idx, p, g, _ = gaussian_surrogate(
+        warm.mean,
+        warped.warm.posterior_cov,
+        eff.prior_hessian(warm.mean),
+        grad,
+        eff.likelihood_mask,
+    )
+    (term,) = sur.replace_rvs_by_values([sur["likelihood"]])
+    loglik = sur.compile_fn(term, inputs=sur.value_vars, on_unused_input="ignore")
+    base, rng = step.likelihood, np.random.default_rng(1)
+    for _ in range(3):
+        q = base.ravel(base.model.initial_point()) + rng.normal(0, 0.3, base.dim)
+        d = (eff.ravel(base.unravel(q)) - warm.mean)[idx]
+        assert float(loglik({"q": q})) == pytest.approx(-0.5 * d @ p @ d + g @ d, rel=1e-8)
