@@ -17,8 +17,11 @@ hyper sd 7.6 NUTS sds off, against 0.03 for a fit in :math:`\psi`).
 :func:`find_effects` finds :math:`\psi` from the graph, reading no data: it sinks each gather
 ``x[g]`` (``g`` a data index, ``x`` a vector of parameters) out through the elementwise operations
 whose other inputs are parameters broadcast over the rows (``tau * z[g] + mu`` becomes ``(tau * z
-+ mu)[g]``), and calls every gathered parameter expression that is not already a free variable
-an *effect*. :class:`EffectLikelihood` is the model's per-row likelihood as a function of the
++ mu)[g]``), and calls every gathered parameter expression an *effect*: an affine expression of
+parameters (the non-centred form), or a free vector whose prior reads other free variables (the
+centred form ``a ~ Normal(mu, tau)``, read as ``a[g]``; its coordinates are the model's own, but
+its hierarchy decides where the fit's walk has left it, as it does for the non-centred effect). A
+gathered free vector with a prior of fixed parameters is a coordinate like any other. :class:`EffectLikelihood` is the model's per-row likelihood as a function of the
 effects and of the free variables the rows still read, with a Gaussian stand-in prior whose
 moments come from the model's prior (public draws, fixed seed): the private fit runs there, and
 :func:`pymc_dp.surrogate.gaussian_surrogate` divides the stand-in out again, so that NUTS samples
@@ -192,10 +195,15 @@ def find_effects(graph: ModelGraph, value_vars) -> Effects | None:
     sources: dict[int, tuple[Variable, Variable]] = {}
     for var in ancestors([rows]):
         found = sinker.gather(var)
-        if found is not None and id(found[0]) not in sinker.values:
-            sources.setdefault(id(found[0]), found)
-    if not sources or not all(_affine(x.owner) for x, _ in sources.values()):
-        return None  # a gathered free variable is a coordinate already; exp(z)[g] is not one
+        if found is None:
+            continue
+        if id(found[0]) in sinker.values and not _hierarchical(graph.model, found[0]):
+            continue  # a gathered free vector with a fixed prior is a coordinate like any other
+        sources.setdefault(id(found[0]), found)
+    if not sources or not all(
+        id(x) in sinker.values or _affine(x.owner) for x, _ in sources.values()
+    ):
+        return None  # exp(z)[g] is positive: a Gaussian fit there would step out of its support
     values = {v.name: v for v in value_vars}
     psi, inputs, swap = [], [], {}
     names: set[str] = set()
@@ -222,6 +230,16 @@ def find_effects(graph: ModelGraph, value_vars) -> Effects | None:
         n_effects=len(ordered),
         indices=tuple(idx for _, idx in ordered),
     )
+
+
+def _hierarchical(model, value: Variable) -> bool:
+    """Whether the free vector with value variable ``value`` has a prior that reads another
+    free variable (``a ~ Normal(mu, tau)``, the centred form): graph structure only."""
+    rv = model.values_to_rvs.get(value)
+    if rv is None or rv.owner is None:
+        return False
+    others = {id(other) for other in model.free_RVs if other is not rv}
+    return any(id(a) in others for a in ancestors(rv.owner.inputs))
 
 
 def _evaluate(var: Variable, value_vars, point) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 The sunk graph must be the model's likelihood exactly (at random points, on the rows), an
 effect must never take in a row's data, the stand-in prior must be public and the prior's, and
-DPLaplace on a non-centred random-intercept model must follow NUTS' hyper sd.
+DPLaplace on a random-intercept model, non-centred or centred, must follow NUTS' hyper sd.
 """
 
 import numpy as np
@@ -38,6 +38,9 @@ def _model(form: str, n=60, seed=1) -> pm.Model:
             eta = None
         elif form == "centred":
             a = pm.Normal("a", mu, tau, shape=GROUPS)
+            eta = a[gd] + Xd @ beta
+        elif form == "fixed_groups":  # one free intercept per group, priors of fixed parameters
+            a = pm.Normal("a", 0, 2.5, shape=GROUPS)
             eta = a[gd] + Xd @ beta
         elif form == "fixed":
             eta = mu + Xd @ beta
@@ -147,12 +150,35 @@ def test_a_prior_without_draws_keeps_the_model_s_coordinates(prior):
     assert _effect_likelihood(lik) is None
 
 
-@pytest.mark.parametrize("form", ["centred", "fixed", "exp_source"])
+@pytest.mark.parametrize("form", ["fixed_groups", "fixed", "exp_source"])
 def test_a_likelihood_that_reads_free_variables_has_no_effects(form):
-    """A gathered free variable is a coordinate already; ``exp(a)[g]`` is positive (a Gaussian
-    fit there would step out of its support): the fit stays in the model's coordinates."""
+    """A gathered free vector whose prior has fixed parameters is a coordinate like any other;
+    ``exp(a)[g]`` is positive (a Gaussian fit there would step out of its support): the fit
+    stays in the model's coordinates."""
     lik = PerRowLikelihood(_model(form), compile_kwargs=FAST)
     assert find_effects(lik.graph, lik.vars) is None
+
+
+def test_a_centred_group_vector_is_an_effect_in_its_own_coordinates():
+    """``a ~ Normal(mu, tau)`` read as ``a[g]`` (the centred form): its hierarchy decides it,
+    as it does the non-centred ``mu + tau * z``, so it is the fit's effect (found measuring: in
+    the model's coordinates the hyper sd's Wasserstein distance was 0.2-0.97 NUTS sds, and NUTS
+    on that fit with near-separable groups 5.6 of its own sds off); its coordinates are ``a``'s
+    own values, and ``mu``, ``tau`` stay with the prior."""
+    m = _model("centred")
+    lik = PerRowLikelihood(m, compile_kwargs=FAST)
+    effects = find_effects(lik.graph, lik.vars)
+    assert effects is not None and effects.n_effects == 1
+    assert [v.name for v in effects.inputs] == ["effect[g]", "beta"]
+    assert effects.psi[0] is m.rvs_to_values[m["a"]]
+    fit = EffectLikelihood(lik, effects, prior_moments(m, lik.vars, effects.psi))
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        q = rng.normal(size=lik.dim)
+        point = lik.unravel(q)
+        psi = fit.ravel(point)
+        np.testing.assert_array_equal(psi[:GROUPS], point["a"])
+        np.testing.assert_allclose(fit.logp_rows(psi), lik.logp_rows(q), rtol=1e-10, atol=1e-12)
 
 
 def test_the_stand_in_prior_is_public_and_the_prior_s():
@@ -176,9 +202,10 @@ def test_the_stand_in_prior_is_public_and_the_prior_s():
     np.testing.assert_allclose(scale[GROUPS:], 2.5, atol=tol)
 
 
-@pytest.fixture(scope="module")
-def random_intercepts():
-    """Non-centred random-intercept logistic regression: 8 groups of 500 rows."""
+@pytest.fixture(scope="module", params=["noncentred", "centred"])
+def random_intercepts(request):
+    """Random-intercept logistic regression, 8 groups of 500 rows, written non-centred
+    (``mu + tau * z[g]``) or centred (``a ~ Normal(mu, tau)``, ``a[g]``)."""
     rng = np.random.default_rng(24)
     n, groups = 4000, 8
     X = rng.uniform(-1, 1, (n, 2))
@@ -188,9 +215,12 @@ def random_intercepts():
     with pm.Model() as m:
         Xd, gd = pm.Data("X", X), pm.Data("g", g)
         mu, tau = pm.Normal("mu", 0, 2.5), pm.HalfNormal("tau", 1.0)
-        z = pm.Normal("z", 0, 1, shape=groups)
         beta = pm.Normal("beta", 0, 2.5, shape=2)
-        pm.Bernoulli("y", logit_p=mu + tau * z[gd] + Xd @ beta, observed=y)
+        if request.param == "centred":
+            effect = pm.Normal("a", mu, tau, shape=groups)[gd]
+        else:
+            effect = mu + tau * pm.Normal("z", 0, 1, shape=groups)[gd]
+        pm.Bernoulli("y", logit_p=effect + Xd @ beta, observed=y)
         ref = pm.sample(
             1000,
             tune=1000,
@@ -218,7 +248,7 @@ def test_dplaplace_fits_the_effects_and_its_hyper_sd_follows_nuts(random_interce
         idata = pdp.sample(
             step=step, draws=500, tune=0, chains=2, cores=1, random_seed=1, progressbar=False
         )
-    assert set(idata.posterior.data_vars) == {"mu", "tau", "z", "beta"}
+    assert set(idata.posterior.data_vars) == {v.name for v in m.free_RVs}
     assert set(idata.sample_stats.data_vars) == set(step.releasable_stat_names())
     assert "effect[g][0]" in idata.attrs["pymc_dp_fit"]
     for name in ("tau", "mu", "beta"):

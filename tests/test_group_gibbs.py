@@ -211,6 +211,13 @@ def test_models_without_a_group_effect_of_that_form_are_refused():
         pm.Bernoulli("y", logit_p=eta, observed=rng.binomial(1, 0.5, 200))
         with pytest.raises(ValueError, match="affine"):
             pdp.DPGroupGibbs(glm=GLM, epsilon=2.0, compile_kwargs=FAST)
+    with pm.Model():  # the centred form: an effect for DPLaplace, not a sweep's `loc + scale z`
+        mu, tau = pm.Normal("mu"), pm.HalfNormal("tau")
+        a, beta = pm.Normal("a", mu, tau, shape=4), pm.Normal("beta", 0, 1, shape=2)
+        eta = a[pm.Data("g", g)] + pm.Data("X", X) @ beta
+        pm.Bernoulli("y", logit_p=eta, observed=rng.binomial(1, 0.5, 200))
+        with pytest.raises(ValueError, match="non-centred.*`a`"):
+            pdp.DPGroupGibbs(glm=GLM, epsilon=2.0, compile_kwargs=FAST)
 
 
 def _refused(build_eta, match):

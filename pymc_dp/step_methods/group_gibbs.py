@@ -164,6 +164,12 @@ class _Structure:
                 f"{effects.n_effects}): e.g. `mu + tau * z[group]`."
             )
         x = effects.psi[0]
+        if any(x is v for v in base.vars):
+            raise ValueError(
+                f"DPGroupGibbs needs the group effect non-centred, `loc + scale * z[group]`; the "
+                f"rows read the free vector `{x.name}` directly (the centred form): write it as "
+                "`mu + tau * z[group]` with `z ~ Normal(0, 1)`, or use DPLaplace."
+            )
         sizes, offsets, start = {}, {}, 0
         for name, _, size, _ in base._point_map_info:
             sizes[name], offsets[name] = int(size), start
