@@ -21,11 +21,14 @@ whose other inputs are parameters broadcast over the rows (``tau * z[g] + mu`` b
 parameters (the non-centred form), or a free vector whose prior reads other free variables (the
 centred form ``a ~ Normal(mu, tau)``, read as ``a[g]``; its coordinates are the model's own, but
 its hierarchy decides where the fit's walk has left it, as it does for the non-centred effect). A
-gathered free vector with a prior of fixed parameters is a coordinate like any other. :class:`EffectLikelihood` is the model's per-row likelihood as a function of the
-effects and of the free variables the rows still read, with a Gaussian stand-in prior whose
-moments come from the model's prior (public draws, fixed seed): the private fit runs there, and
+gathered free vector with a prior of fixed parameters is a coordinate like any other.
+:class:`EffectLikelihood` is the model's per-row likelihood as a function of the effects and of
+the free variables the rows still read, with a Gaussian stand-in prior whose moments come from
+the model's prior (public draws, fixed seed): the private fit runs there, and
 :func:`pymc_dp.surrogate.gaussian_surrogate` divides the stand-in out again, so that NUTS samples
-the model's exact prior times the fit's Gaussian likelihood in :math:`\psi(q)`.
+the model's exact prior times the fit's Gaussian likelihood in :math:`\psi(q)`. In the centred
+form the fit measured as in the non-centred one (random intercepts: the hyper sd within 0.015-0.063
+NUTS sds in Wasserstein distance; in the model's coordinates 0.2-0.97).
 """
 
 from __future__ import annotations
