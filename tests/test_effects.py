@@ -398,3 +398,65 @@ def test_a_walk_left_only_on_the_coefficients_stays_a_spread():
         q = base.ravel(base.model.initial_point()) + rng.normal(0, 0.3, base.dim)
         d = (eff.ravel(base.unravel(q)) - warm.mean)[idx]
         assert float(loglik({"q": q})) == pytest.approx(-0.5 * d @ p @ d + g @ d, rel=1e-8)
+
+
+@pytest.fixture(scope="module")
+def shrinkage():
+    """Logistic regression under a shrinkage prior ``beta ~ Normal(0, s)``: ``s`` is read by
+    the prior only."""
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-1, 1, (2000, 3))
+    y = rng.binomial(1, 1 / (1 + np.exp(-(0.2 + X @ np.array([0.8, -0.5, 0.0])))))
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0)
+        alpha, beta = pm.Normal("alpha", 0, 2.5), pm.Normal("beta", 0, s, shape=3)
+        pm.Bernoulli("y", logit_p=alpha + pm.Data("X", X) @ beta, observed=y)
+        ref = pm.sample(
+            1000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=7,
+            target_accept=0.95,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    return m, ref
+
+
+@pytest.mark.parametrize("epsilon", [50.0, 2.0])
+def test_hyperparameters_stay_with_the_exact_prior_and_follow_nuts(shrinkage, epsilon):
+    """Variables only the prior reads: the fit runs in the others (a Gaussian stand-in prior, no
+    group effect, nothing put ahead) and NUTS samples the exact prior by default. At epsilon 50
+    what is left against NUTS is the Gaussian likelihood's approximation and Monte Carlo error
+    (~0.1 sd): Wasserstein distance below 0.35 sd. At epsilon 2 issue 22's target, every mean
+    within 1.5 NUTS sds, and sds within 0.67-2x NUTS' (measured over noise seeds 0-5: means
+    within 0.78, sds 1.04-1.62x; the fit with the hyperparameters, whose hierarchical curvature
+    made its metric a lottery, gave 0.5-17 NUTS sds and sds up to 53x, seed 0 9.2)."""
+    m, ref = shrinkage
+    clip = pdp.glm_clip(np.ones(4))
+    with m:
+        step = pdp.DPLaplace(
+            epsilon=epsilon,
+            grad_clip=clip.grad_clip,
+            hess_clip=clip.hess_clip,
+            noise_seed=0 if epsilon < 10 else 3,
+            nuts_tune=500,
+        )
+        lik = step.fit_likelihood
+        assert step.nuts and isinstance(lik, EffectLikelihood)
+        assert lik.effects.n_effects == 0 and [v.name for v in lik.vars] == ["alpha", "beta"]
+        idata = pdp.sample(
+            step=step, draws=500, tune=0, chains=2, cores=1, random_seed=1, progressbar=False
+        )
+    for name in ("s", "alpha", "beta"):
+        dp = idata.posterior[name].values.reshape(1000, -1)
+        nuts = ref.posterior[name].values.reshape(2000, -1)
+        for j in range(dp.shape[1]):
+            if epsilon > 10:
+                w = wasserstein_distance(dp[:, j], nuts[:, j]) / nuts[:, j].std()
+                assert w < 0.35, (name, j, w)
+            else:
+                z = abs(dp[:, j].mean() - nuts[:, j].mean()) / nuts[:, j].std()
+                ratio = dp[:, j].std() / nuts[:, j].std()
+                assert z < 1.5 and 0.67 < ratio < 2.0, (name, j, z, ratio)

@@ -37,9 +37,13 @@ __all__ = ["DPLaplace"]
 
 
 def _effect_likelihood(likelihood: PerRowLikelihood):
-    """The likelihood in its group effects' coordinates, or None; kept on ``likelihood`` (the
-    same rows: steps sharing it share these kernels too, as they share its own)."""
-    from pymc_dp.effects import EffectLikelihood, find_effects, prior_moments
+    """The likelihood in the coordinates it reads, or None where they are the model's own: its
+    group effects', or, where only the prior reads some variables (hyperparameters of a
+    shrinkage prior), the others (measured: fitted with the hyperparameters, the hierarchical
+    prior's curvature made the fit's metric a lottery, sds 0.05-8 on a shrinkage logistic
+    regression). Kept on ``likelihood`` (the same rows: steps sharing it share these kernels
+    too, as they share its own)."""
+    from pymc_dp.effects import EffectLikelihood, Effects, find_effects, prior_moments
     from pymc_dp.step_methods.spending import data_fingerprint
 
     # keyed by the rows' digest: kernels built before a pm.set_data must not serve after it
@@ -48,6 +52,11 @@ def _effect_likelihood(likelihood: PerRowLikelihood):
     if cached is not None and cached[0] == key:
         return cached[1]
     effects = find_effects(likelihood.graph, likelihood.vars)
+    graph = likelihood.graph
+    if effects is None and graph.rows is not None and not likelihood.likelihood_mask.all():
+        reads = set(graph.likelihood_vars)
+        read = tuple(v for v in likelihood.vars if v.name in reads)
+        effects = Effects(rows=graph.rows, inputs=read, psi=read, n_effects=0)
     moments = (
         None if effects is None else prior_moments(likelihood.model, likelihood.vars, effects.psi)
     )
@@ -193,8 +202,9 @@ class DPLaplace(DPStep):
 
     @property
     def fit_likelihood(self) -> PerRowLikelihood:
-        """The group effects' coordinates where the likelihood reads them (:mod:`pymc_dp.effects`)
-        and NUTS samples the surrogate; the model's own coordinates otherwise."""
+        """The coordinates the likelihood reads where NUTS samples the surrogate and they differ
+        from the model's: group effects (:mod:`pymc_dp.effects`), or the model's variables less
+        those only the prior reads (hyperparameters); the model's own coordinates otherwise."""
         return self._effects if self._effects is not None else self.likelihood
 
     @classmethod
@@ -228,11 +238,13 @@ class DPLaplace(DPStep):
         if walk_ahead is not None and not isinstance(walk_ahead, bool | np.bool_):
             raise TypeError(f"`walk_ahead` must be True, False or None, got {walk_ahead!r}")
         lik, warm = self.fit_likelihood, self.warm
+        grouped = self._effects is not None and self._effects.effects.n_effects > 0
         if walk_ahead is None:
-            walk_ahead = self._effects is not None
+            walk_ahead = grouped
         walk = warm.walk if walk_ahead else None
         cov, ahead = warm.posterior_cov, None
         if walk is not None and self._effects is not None:
+            # (no group effects: the mask is empty, nothing goes ahead)
             # only the group effects' part goes ahead, where the hierarchy decides its share;
             # the coefficients keep theirs as a spread, as models without effects do (a share
             # of their own, which their prior does not decide, moved them by about half their
@@ -262,7 +274,7 @@ class DPLaplace(DPStep):
                 "outcome) towards the others under the hierarchical prior and bias its scale "
                 "low, or leave coefficients whose walk had far to go to their prior (README, "
                 "'Hierarchical models')."
-                if self._effects is not None
+                if grouped
                 else ""
             )
             warnings.warn(
