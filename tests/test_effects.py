@@ -150,6 +150,22 @@ def test_a_prior_without_draws_keeps_the_model_s_coordinates(prior):
     assert _effect_likelihood(lik) is None
 
 
+def test_without_prior_draws_the_hyperparameters_stay_in_a_gaussian_fit():
+    """A read variable whose prior cannot be drawn (``pm.Flat``): no stand-in prior, so the fit
+    stays in the model's coordinates, and the default draws from it: NUTS on a fit of the
+    hierarchical prior's own coordinates was 10-17 NUTS sds off (review)."""
+    X, _, y = _data()
+    with pm.Model():
+        s = pm.HalfNormal("s", 1.0)
+        alpha, beta = pm.Flat("alpha"), pm.Normal("beta", 0, s, shape=2)
+        pm.Bernoulli("y", logit_p=alpha + pm.Data("X", X) @ beta, observed=y)
+        clip = pdp.glm_clip(np.ones(3))
+        step = pdp.DPLaplace(
+            epsilon=4.0, grad_clip=clip.grad_clip, noise_seed=0, compile_kwargs=FAST
+        )
+    assert not step.nuts and type(step.fit_likelihood) is PerRowLikelihood
+
+
 @pytest.mark.parametrize("form", ["fixed_groups", "fixed", "exp_source"])
 def test_a_likelihood_that_reads_free_variables_has_no_effects(form):
     """A gathered free vector whose prior has fixed parameters is a coordinate like any other;
@@ -432,7 +448,9 @@ def test_hyperparameters_stay_with_the_exact_prior_and_follow_nuts(shrinkage, ep
     (~0.1 sd): Wasserstein distance below 0.35 sd. At epsilon 2 issue 22's target, every mean
     within 1.5 NUTS sds, and sds within 0.67-2x NUTS' (measured over noise seeds 0-5: means
     within 0.78, sds 1.04-1.62x; the fit with the hyperparameters, whose hierarchical curvature
-    made its metric a lottery, gave 0.5-17 NUTS sds and sds up to 53x, seed 0 9.2)."""
+    made its metric a lottery, gave 0.5-17 NUTS sds and sds up to 53x, seed 0 9.2). The sd
+    bound is ~7 Monte Carlo sds above seed 0's largest ratio (1.62; ~500 effective draws give
+    ratios to ~3%)."""
     m, ref = shrinkage
     clip = pdp.glm_clip(np.ones(4))
     with m:
