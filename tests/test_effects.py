@@ -218,6 +218,20 @@ def test_the_stand_in_prior_is_public_and_the_prior_s():
     np.testing.assert_allclose(scale[GROUPS:], 2.5, atol=tol)
 
 
+def _nuts_reference(**kwargs):
+    """The non-private reference of the model in context: 2 x 1000 NUTS draws, fixed seed."""
+    return pm.sample(
+        1000,
+        tune=1000,
+        chains=2,
+        cores=1,
+        random_seed=7,
+        progressbar=False,
+        compute_convergence_checks=False,
+        **kwargs,
+    )
+
+
 @pytest.fixture(scope="module", params=["noncentred", "centred"])
 def random_intercepts(request):
     """Random-intercept logistic regression, 8 groups of 500 rows, written non-centred
@@ -237,15 +251,7 @@ def random_intercepts(request):
         else:
             effect = mu + tau * pm.Normal("z", 0, 1, shape=groups)[gd]
         pm.Bernoulli("y", logit_p=effect + Xd @ beta, observed=y)
-        ref = pm.sample(
-            1000,
-            tune=1000,
-            chains=2,
-            cores=1,
-            random_seed=7,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+        ref = _nuts_reference()
     return m, X, g, y, ref
 
 
@@ -427,16 +433,7 @@ def shrinkage():
         s = pm.HalfNormal("s", 1.0)
         alpha, beta = pm.Normal("alpha", 0, 2.5), pm.Normal("beta", 0, s, shape=3)
         pm.Bernoulli("y", logit_p=alpha + pm.Data("X", X) @ beta, observed=y)
-        ref = pm.sample(
-            1000,
-            tune=1000,
-            chains=2,
-            cores=1,
-            random_seed=7,
-            target_accept=0.95,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+        ref = _nuts_reference(target_accept=0.95)
     return m, ref
 
 
