@@ -13,7 +13,7 @@ import warnings
 import scipy.linalg  # noqa: F401
 from threadpoolctl import threadpool_limits
 
-from benchmarks import bench_abcdp, bench_expfam, floor, mixing, utility
+from benchmarks import bench_abcdp, bench_expfam, construction, floor, mixing, utility
 from benchmarks.hmc import banana_mmd_rows, hmc_rows
 from benchmarks.kernels import kernel_rows
 from benchmarks.minibatch import minibatch_goal_rows, minibatch_rows, minibatch_tables
@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         for n, name, ref, ratio, goal in goals
     ]
     print(format_table(["n", "DP", "vs", "ratio", "goal", "met"], rows))
+
+    print("\n== Step construction on the quickstart model, fresh process (issue 23), seconds ==")
+    construction.main()
 
     runs = 2 if args.quick else 10
     print(f"\n== Easy-2d banana (thesis Table 6.1), eps = 4: median MMD over {runs} runs ==")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,8 +37,10 @@ from pymc.pytensorf import join_nonshared_inputs
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import pushforward
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.type import discrete_dtypes
 
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
@@ -150,8 +153,9 @@ class _Serialised:
     a PyTensor function's storage is not thread-safe: two steps called from threads got each
     other's sums (review), a clip of 1e-6 returning a sum of 4e4."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, cache: bool = True) -> None:
         self.fn = fn
+        self.cache = cache  # whether numba may cache it on disk (unpickling compiles it again)
         self._lock = threading.Lock()
         _LOCKED.add(self)
 
@@ -165,17 +169,22 @@ class _Serialised:
             return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __getattr__(self, name: str):
-        if name in ("fn", "_lock"):  # unpickling: not set yet
+        if name in ("fn", "_lock", "cache"):  # unpickling: not set yet
             raise AttributeError(name)
         return getattr(self.fn, name)
 
-    def __getstate__(self) -> dict:
-        return {"fn": self.fn}
+    def __reduce__(self):
+        # a PyTensor function compiles again when unpickled (a chain in a spawned process),
+        # with the process's numba__cache: one that must not be cached is pickled on its own,
+        # to be unpickled with the cache off
+        if self.cache:
+            return _Serialised, (self.fn,)
+        return _uncached_kernel, (pickle.dumps(self.fn),)
 
-    def __setstate__(self, state: dict) -> None:
-        self.fn = state["fn"]
-        self._lock = threading.Lock()
-        _LOCKED.add(self)
+
+def _uncached_kernel(blob: bytes) -> _Serialised:
+    with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
+        return _Serialised(pickle.loads(blob), cache=False)
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -252,6 +261,7 @@ class PerRowLikelihood:
             if isinstance(x, SharedVariable)
         }
         self._frozen = frozen  # what the kernels read: a graph of the rows evaluates on these
+        self._storage: dict = {}  # private constant -> the shared variable kernels read it from
         graph_rows = graph_replace(rows_graph, frozen, strict=False) if frozen else rows_graph
         batch_inputs = {frozen.get(x, x): axis for x, axis in self.graph.batch_inputs.items()}
         # one fused loop per kernel: columns instead of (n, k) arrays, one softplus per
@@ -342,13 +352,55 @@ class PerRowLikelihood:
             # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
             # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
             kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
-        # the kernels embed the private rows as constants: never write them to the on-disk cache.
+        outputs = self._rows_as_storage(outputs)
         # One compile at a time per process: change_flags and PyTensor's rewrite databases are
         # process-global, and Dask workers in threads (processes=False) compile concurrently
-        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
+        # a single row is a one-value array: it may sit inline (see _rows_as_storage)
+        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=self.n_rows > 1):
             fn = pm_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
-        return _Serialised(fn)
+        return _Serialised(fn, cache=self.n_rows > 1)
+
+    def _rows_as_storage(self, outputs):
+        """``outputs`` reading every array constant from a shared variable.
+
+        Numba writes a compiled graph's array constants into its on-disk cache (PyTensor's
+        compiledir, which outlives the process), so a kernel that embeds the rows must not be
+        cached, and then every new process compiles it again (16 s of a 17 s ``DPLaplace`` on
+        the quickstart). Read from storage, the rows are data the compiled code is called with:
+        the cache holds code only, and a warm cache builds the step in about a second.
+
+        Which constants hold private values cannot be told after the graph was cloned and
+        rewritten (PyMC and :func:`optimise_rows` make new ones from the rows, ``2 y - 1`` for a
+        Bernoulli row), so every array of more than one value moves. One value cannot be a row
+        array where there are several rows (one row: :meth:`_compile` caches nothing): it is a
+        parameter of the model (public by the contract) or a fold of a check over all rows
+        (true, or the data were refused); kept inline, a fused loop stays vectorised (moved,
+        the banana's ratio kernel ran 23x slower). PyTensor's canonical rewrites run first, so
+        what they fold from the rows (a GLM's ``sum_j x_ij^2``, the finite covariate matrix: the
+        gradient kernel ran 2.4x slower without) is folded here, once, too."""
+        single = isinstance(outputs, Variable)
+        outs = rewrite_graph([outputs] if single else list(outputs), include=("canonicalize",))
+        swap = {
+            c: self._storage_of(c)
+            for c in graph_inputs(outs)
+            if isinstance(c, Constant) and np.size(c.data) > 1
+        }
+        if swap:
+            outs = graph_replace(outs, swap, strict=False)
+        return outs[0] if single else outs
+
+    def _storage_of(self, c: Constant) -> SharedVariable:
+        """One shared variable per constant, shared by the kernels that read it (the constant's
+        array, borrowed: not copied). Its type keeps only the broadcastable axes' length, so the
+        compiled code does not depend on the number of rows: a cached kernel serves another
+        data set of the same model (a subset, next month's rows) too."""
+        found = self._storage.get(c)
+        if found is None:
+            shape = tuple(1 if s == 1 else None for s in c.type.shape)
+            found = pytensor.shared(c.data, name=c.name, borrow=True, shape=shape)
+            self._storage[c] = found
+        return found
 
     # -------------------------------------------------------- unfused (tests, diagnostics)
     @cached_property
@@ -373,7 +425,7 @@ class PerRowLikelihood:
             [self._q], self._prior, mode=Mode(linker="py", optimizer="fast_compile")
         )
         fn.trust_input = True
-        return _Serialised(fn)
+        return _Serialised(fn, cache=self.n_rows > 1)
 
     def prior_value(self, q: np.ndarray) -> float:
         """Log prior (with log-Jacobian and potentials) at ``q``; reads no data."""
@@ -628,7 +680,7 @@ class PerRowLikelihood:
         hess = pytensor.gradient.hessian(self._prior, self._q, disconnected_inputs="ignore")
         fn = pytensor.function([self._q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
         fn.trust_input = True
-        return _Serialised(fn)
+        return _Serialised(fn, cache=self.n_rows > 1)
 
     def prior_hessian(self, q: np.ndarray) -> np.ndarray:
         """Hessian of the log prior (with log-Jacobian and potentials) at ``q``; public."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
+from pytensor.graph.basic import Constant
 
 import pymc_dp as pdp
 
@@ -76,6 +77,50 @@ def test_fused_kernels_equal_numpy_clipping(model_and_likelihood):
     assert bt == pytest.approx(np.clip(diff[idx], -bound, bound).sum(), rel=1e-10)
     bg, _ = lik.grad_kernel(batch=True)(q, np.asarray(b), idx)
     np.testing.assert_allclose(bg, (g * np.minimum(1, b / norms)[:, None])[idx].sum(0), rtol=1e-10)
+
+
+def test_compiled_kernels_hold_no_constant_of_several_values(model_and_likelihood):
+    """Every array a kernel reads (the rows, what PyMC and the rewrites made from them) comes
+    from storage: numba's on-disk cache then holds code only (``test_privacy_disk_cache.py``
+    searches it for the values themselves)."""
+    _, _, lik = model_and_likelihood
+    q = _points(lik, k=1)[0]
+    lik.ratio_kernel(batch=True)(q, q, np.asarray(1.0), np.arange(3))
+    lik.grad_kernel()(q, np.asarray(1.0))
+    compiled = [*lik._kernels.values(), lik.logp_rows_fn, lik.grad_rows_fn, lik.prior_fn]
+    for fn in compiled:
+        fgraph = fn.maker.fgraph
+        # one value is a parameter or a check's fold (PerRowLikelihood._rows_as_storage)
+        arrays = [v for v in fgraph.variables if isinstance(v, Constant) and np.size(v.data) > 1]
+        assert not arrays, (fgraph.outputs, [a.type for a in arrays])
+
+
+def test_one_row_kernels_are_not_cached_on_disk(monkeypatch):
+    """With one row, a one-value array is the row: kernels may hold it inline (numba folds it
+    into the code, where no search for its bytes finds it), so they are compiled with numba's
+    disk cache off, in this process and when unpickled in another; with two rows, on."""
+    import pickle
+
+    import pytensor
+    from pytensor.compile import FunctionMaker
+
+    cached = []
+
+    def spy(self, *args, **kwargs):
+        if type(self.linker).__name__ == "NumbaLinker":  # the kernels, not the graph checks
+            cached.append(pytensor.config.numba__cache)
+        return create(self, *args, **kwargs)
+
+    create = FunctionMaker.create
+    monkeypatch.setattr(FunctionMaker, "create", spy)
+    for y in ([0.3], [0.3, -1.2]):
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0, 1)
+            pm.Normal("y", mu, 1.0, observed=np.array(y))
+        kernel = pdp.PerRowLikelihood(model).ratio_kernel()
+        pickle.loads(pickle.dumps(kernel))  # a chain in a spawned process compiles it again
+    assert cached == [False, False, True, True]
+    assert pytensor.config.numba__cache  # the process's own flag, untouched
 
 
 def test_zero_norm_gradient_rows_give_no_nan():
