@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
@@ -18,6 +19,17 @@ import pymc_dp as pdp
 from pymc_dp.step_methods.minibatch import draw_batch
 
 N, D = 500, 4
+
+
+def _data(kernel) -> dict:
+    """The arrays a compiled kernel reads, by its graph's variable: the rows come from shared
+    storage (so that numba may cache the code on disk), what else from constants."""
+    fgraph = kernel.maker.fgraph
+    found = {v: np.asarray(v.data) for v in fgraph.variables if isinstance(v, Constant)}
+    for v, given in zip(fgraph.inputs, kernel.maker.inputs, strict=True):
+        if isinstance(given.variable, SharedVariable):
+            found[v] = given.variable.get_value(borrow=True)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +46,22 @@ def logistic():
 def test_full_kernels_read_columns_and_batch_kernels_gather_rows(logistic):
     _, lik, x = logistic
     full = lik.ratio_kernel()
+    data = _data(full)
     # the full kernel reads the (n, d) matrix only in the BLAS product X @ beta; every
     # element-wise loop reads contiguous (n,) columns
+    read = 0
     for node in full.maker.fgraph.toposort():
         for v in node.inputs:
-            if isinstance(v, Constant) and np.ndim(v.data) == 2 and np.shape(v.data)[0] == N:
+            if v in data and np.ndim(data[v]) == 2 and np.shape(data[v])[0] == N:
                 assert isinstance(node.op, Dot), node.op
+                read += 1
+    assert read  # it does read the matrix (the check above is not vacuous)
     batch = lik.ratio_kernel(batch=True, squares=True)
+    data = _data(batch)
     gathers = [
         node for node in batch.maker.fgraph.toposort() if isinstance(node.op, AdvancedSubtensor)
     ]
-    gathered = [np.asarray(n.inputs[0].data) for n in gathers if isinstance(n.inputs[0], Constant)]
+    gathered = [data[n.inputs[0]] for n in gathers if n.inputs[0] in data]
     # the batch kernel gathers b rows of the row-major (n, d) matrix: one cache line per row
     assert any(g.shape == (N, D) and np.array_equal(g, x) for g in gathered)
     # ... in a loop of its own: no indexed read fused into the arithmetic loop
@@ -90,13 +107,13 @@ def _numpy_clipped_sum(lik, q, bound):
 
 
 def _uses_blas_sum(lik) -> bool:
-    """Whether the gradient kernel sums ``K^T w`` in a product with a constant (n, k) matrix."""
+    """Whether the gradient kernel sums ``K^T w`` in a product with a fixed (n, k) matrix."""
     fn = lik.grad_kernel()
+    data = _data(fn)
     return any(
         isinstance(node.op, Dot)
         and any(
-            isinstance(v, Constant) and np.ndim(v.data) == 2 and np.shape(v.data)[0] == N
-            for v in node.inputs
+            v in data and np.ndim(data[v]) == 2 and np.shape(data[v])[0] == N for v in node.inputs
         )
         and node.outputs[0].type.shape[-1] != 1
         for node in fn.maker.fgraph.toposort()

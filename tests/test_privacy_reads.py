@@ -74,7 +74,7 @@ def test_a_potential_over_a_private_column_is_a_counted_likelihood_term(rows):
     lik = step.likelihood
     q0, q1 = lik.ravel(model.initial_point()), lik.ravel(model.initial_point()) + 0.3
     kernel = lik.ratio_kernel()
-    bound = np.full(lik.dim, 3.0)
+    bound = np.asarray(3.0)  # a scalar (a vector here worked by accident)
     base = float(np.asarray(kernel(q1, q0, bound)).ravel()[0])
     with model:
         z2 = z.copy()
