@@ -38,10 +38,11 @@ from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import pushforward
 from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.op import Op
 from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import graph_inputs
-from pytensor.tensor.type import discrete_dtypes
+from pytensor.graph.traversal import graph_inputs, io_toposort
+from pytensor.tensor.type import TensorType, discrete_dtypes
 
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
 from pymc_dp.kernel_rewrites import common_factor, optimise_rows
@@ -187,6 +188,15 @@ def _uncached_kernel(blob: bytes) -> _Serialised:
         return _Serialised(pickle.loads(blob), cache=False)
 
 
+def _inline_values(outs) -> set:
+    """The values of the one-value constants ``outs`` read."""
+    return {
+        (str(c.type.dtype), np.asarray(c.data).tobytes())
+        for c in graph_inputs(outs)
+        if isinstance(c, Constant) and hasattr(c.type, "dtype") and np.size(c.data) == 1
+    }
+
+
 def _finite_or_zero(x: Variable) -> Variable:
     """``x`` with every non-finite entry replaced by 0 (a clipped row can only lose norm)."""
     return pt.switch(pt.isfinite(x), x, 0.0)
@@ -261,7 +271,8 @@ class PerRowLikelihood:
             if isinstance(x, SharedVariable)
         }
         self._frozen = frozen  # what the kernels read: a graph of the rows evaluates on these
-        self._storage: dict = {}  # private constant -> the shared variable kernels read it from
+        self._storage: dict = {}  # (array id, type) -> the shared variable kernels read it from
+        self._storage_keep: list = []
         graph_rows = graph_replace(rows_graph, frozen, strict=False) if frozen else rows_graph
         batch_inputs = {frozen.get(x, x): axis for x, axis in self.graph.batch_inputs.items()}
         # one fused loop per kernel: columns instead of (n, k) arrays, one softplus per
@@ -345,7 +356,9 @@ class PerRowLikelihood:
     def _prior_grad(self) -> Variable:
         return pytensor.grad(self._prior, self._q, disconnected_inputs="ignore")
 
-    def _compile(self, inputs, outputs):
+    def _compile(self, inputs, outputs, cache: bool = True):
+        """``cache=False``: numba must not cache it on disk (a value of the rows may be inline)."""
+        cache = cache and self.n_rows > 1  # a single row is a one-value array: inline
         kwargs = dict(self._compile_kwargs)
         if self._idx in inputs:
             # Batch kernels gather rows first, in tight loops. Fused into the arithmetic loop
@@ -357,49 +370,90 @@ class PerRowLikelihood:
         kwargs.setdefault("on_unused_input", "ignore")
         # One compile at a time per process: change_flags and PyTensor's rewrite databases are
         # process-global, and Dask workers in threads (processes=False) compile concurrently
-        # a single row is a one-value array: it may sit inline (see _rows_as_storage)
-        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=self.n_rows > 1):
+        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
             fn = pm_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
-        return _Serialised(fn, cache=self.n_rows > 1)
+        return _Serialised(fn, cache=cache)
 
     def _rows_as_storage(self, outputs):
-        """``outputs`` reading every array constant from a shared variable.
+        """``outputs`` reading every array of the rows from a shared variable, never a constant.
 
-        Numba writes a compiled graph's array constants into its on-disk cache (PyTensor's
-        compiledir, which outlives the process), so a kernel that embeds the rows must not be
-        cached, and then every new process compiles it again (16 s of a 17 s ``DPLaplace`` on
-        the quickstart). Read from storage, the rows are data the compiled code is called with:
-        the cache holds code only, and a warm cache builds the step in about a second.
+        Numba writes a compiled graph's constants into its on-disk cache (PyTensor's compiledir,
+        which outlives the process) and hashes them into the cache files' names, so a kernel
+        that embeds the rows must not be cached, and then every new process compiles it again
+        (16 s of a 17 s ``DPLaplace`` on the quickstart). Read from storage, the rows are data
+        the compiled code is called with: the cache holds code only.
 
         Which constants hold private values cannot be told after the graph was cloned and
         rewritten (PyMC and :func:`optimise_rows` make new ones from the rows, ``2 y - 1`` for a
-        Bernoulli row), so every array of more than one value moves. One value cannot be a row
-        array where there are several rows (one row: :meth:`_compile` caches nothing): it is a
-        parameter of the model (public by the contract) or a fold of a check over all rows
-        (true, or the data were refused); kept inline, a fused loop stays vectorised (moved,
-        the banana's ratio kernel ran 23x slower). PyTensor's canonical rewrites run first, so
-        what they fold from the rows (a GLM's ``sum_j x_ij^2``, the finite covariate matrix: the
-        gradient kernel ran 2.4x slower without) is folded here, once, too."""
+        Bernoulli row), so every constant of more than one value moves (with a single row, every
+        array). They move *before* PyTensor's rewrites, which would otherwise read their values
+        (found in review: a column every row shares, all-zero outcomes, equal weights were
+        folded into one inline value, cached on disk). One value left inline is then a
+        parameter of the model (public by the contract); kept inline, a fused loop stays
+        vectorised (moved, the banana's ratio kernel ran 23x slower). What the rewrites would
+        have folded from the rows (a GLM's ``sum_j x_ij^2``, the finite covariate matrix: the
+        gradient kernel ran 2.4x slower without) is computed once, after them, into storage
+        (:meth:`_fold_rows`)."""
         single = isinstance(outputs, Variable)
-        outs = rewrite_graph([outputs] if single else list(outputs), include=("canonicalize",))
+        outs = self._in_storage([outputs] if single else list(outputs))
+        outs = self._fold_rows(rewrite_graph(outs, include=("canonicalize",)))
+        return outs[0] if single else outs
+
+    def _in_storage(self, outs: list) -> list:
+        """``outs`` with every constant of more than one value (with one row, every array) read
+        from storage: before any rewrite that could read its values (:meth:`_rows_as_storage`)."""
+        every = self.n_rows <= 1
         swap = {
             c: self._storage_of(c)
             for c in graph_inputs(outs)
-            if isinstance(c, Constant) and np.size(c.data) > 1
+            if isinstance(c, Constant)
+            and (np.size(c.data) > 1 or (every and getattr(c.type, "ndim", 0) > 0))
         }
-        if swap:
-            outs = graph_replace(outs, swap, strict=False)
-        return outs[0] if single else outs
+        return graph_replace(outs, swap, strict=False) if swap else outs
+
+    def _fold_rows(self, outs: list) -> list:
+        """``outs`` with every graph of the rows alone (storage and constants, no parameter)
+        replaced by its value, computed once here (NumPy, nothing cached) into storage."""
+        rows = {id(v) for v in self._storage.values()}
+        fixed: set = set()  # variables of storage and constants only
+        reads: set = set()  # ... that read the rows
+        folds: dict = {}
+        for node in io_toposort(graph_inputs(outs), outs):
+            ins = node.inputs
+            if (
+                type(node.op).do_constant_folding is Op.do_constant_folding
+                and all(isinstance(o.type, TensorType) for o in node.outputs)  # storage's types
+                and all(isinstance(i, Constant) or id(i) in rows or i in fixed for i in ins)
+            ):
+                fixed.update(node.outputs)
+                if any(id(i) in rows or i in reads for i in ins):
+                    reads.update(node.outputs)
+                continue
+            folds.update((i, None) for i in ins if i in reads)
+        folds.update((o, None) for o in outs if o in reads)
+        if not folds:
+            return outs
+        todo = list(folds)
+        fn = pytensor.function([], todo, mode=Mode(linker="py", optimizer=None))
+        swap = {
+            v: pytensor.shared(np.asarray(x, dtype=v.type.dtype), borrow=True, shape=v.type.shape)
+            for v, x in zip(todo, fn(), strict=True)
+        }
+        return graph_replace(outs, swap, strict=False)
 
     def _storage_of(self, c: Constant) -> SharedVariable:
-        """One shared variable per constant, shared by the kernels that read it (the constant's
-        array, borrowed: not copied), of the constant's static type (a looser one would make the
-        replacement wrap it in a ``SpecifyShape`` of the row count all the same)."""
-        found = self._storage.get(c)
+        """One shared variable per array and static type (clones of a constant share their
+        array), shared by the kernels that read it: a copy made once, so that editing a
+        ``pm.Data`` value in place does not reach kernels built before (review). Of the
+        constant's static type: a looser one would make the replacement wrap it in a
+        ``SpecifyShape`` of the row count all the same."""
+        key = (id(c.data), c.type)
+        found = self._storage.get(key)
         if found is None:
-            found = pytensor.shared(c.data, name=c.name, borrow=True, shape=c.type.shape)
-            self._storage[c] = found
+            found = pytensor.shared(np.array(c.data), name=c.name, borrow=True, shape=c.type.shape)
+            self._storage[key] = found
+            self._storage_keep.append(c.data)  # its id stays its own while the key lives
         return found
 
     # -------------------------------------------------------- unfused (tests, diagnostics)
@@ -519,7 +573,7 @@ class PerRowLikelihood:
         tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
         return finite, norms, bound / pt.maximum(pt.maximum(norms, bound), tiny)
 
-    def _clipped_gradient_sum(self, bound: Variable) -> tuple[Variable, Variable]:
+    def _clipped_gradient_sum(self, bound: Variable) -> tuple[Variable, Variable, bool]:
         """``sum_i clip_norm(g_i, bound)`` and the row norms, over all n rows.
 
         Where the components share a factor, ``g_ij = u_i k_ij`` (:func:`~pymc_dp.kernel_rewrites
@@ -533,7 +587,7 @@ class PerRowLikelihood:
         found = common_factor(comps, self._q)
         if found is None:
             clipped, norms, _ = self._clipped_gradients(bound, batch=False)
-            return pt.stack([pt.sum(c) for c in clipped]), norms
+            return pt.stack([pt.sum(c) for c in clipped]), norms, True
         u, group, ks = found
         others = [j for j in range(self.dim) if j not in group]
         sq = u**2 * functools.reduce(pt.add, [k**2 for k in ks])
@@ -548,7 +602,11 @@ class PerRowLikelihood:
             sums[j] = group_sum[t]
         for j in others:
             sums[j] = pt.sum(pt.switch(finite, comps[j], 0.0) * scale)
-        return pt.stack(sums), norms
+        # common_factor canonicalises with the rows as constants (in storage, their support
+        # checks would stay and hide the factor): a value it folded from them (a column every
+        # row shares, found in review) is inline, so the kernel is not cached on disk
+        public = _inline_values([*comps, pt.ones_like(u)])  # the factoring's own ones too
+        return pt.stack(sums), norms, _inline_values(ks) <= public
 
     def grad_kernel(self, *, batch: bool = False, diagnostics: bool = False):
         """Compile ``(q, bound[, idx]) -> (sum_i clip_norm(grad l_i(q), bound), grad log
@@ -564,11 +622,13 @@ class PerRowLikelihood:
                 clipped, norms, extra = self._clipped_gradients(bound, batch)
                 total = pt.stack([pt.sum(c) for c in clipped])
             else:
-                (total, norms), extra = self._clipped_gradient_sum(bound), []
+                (total, norms, cache), extra = self._clipped_gradient_sum(bound), []
             outputs = [total, self._prior_grad]
             if diagnostics:
                 outputs.append(pt.mean(pt.gt(norms, bound)))
-            self._kernels[key] = self._compile([self._q, bound, *extra], outputs)
+            self._kernels[key] = self._compile(
+                [self._q, bound, *extra], outputs, cache=batch or cache
+            )
         return self._kernels[key]
 
     def curvature_kernel(self, observed: bool = True):

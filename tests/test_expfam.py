@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 from scipy import integrate, special, stats
 
@@ -678,3 +679,17 @@ def test_deterministics_of_data_are_left_out(bernoulli_data):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         expfam.sample(_beta_binomial_model(x), epsilon=1.0, draws=5, tune=0, chains=1)
+
+
+@pytest.mark.parametrize("reads", ["container", "copy"])
+def test_a_prior_that_reads_the_data_is_refused(reads):
+    """Found in review: ``mu ~ Normal(mean(y), std(y))`` was accepted, so the release rested on
+    exact statistics of the data (contract item 3)."""
+    y = np.random.default_rng(0).normal(0.5, 1.0, 50)
+    with pm.Model() as model:
+        yd = pm.Data("yd", y)
+        loc = pt.mean(yd) if reads == "container" else pt.mean(pt.as_tensor(y))
+        mu = pm.Normal("mu", loc, 1.0)
+        pm.Normal("y", mu, 1.0, observed=yd)
+    with pytest.raises(ValueError, match="the prior of 'mu' reads"):
+        expfam.sample(model, epsilon=1.0, bounds=(-3.0, 3.0), draws=10, tune=10, chains=1)

@@ -95,6 +95,49 @@ def test_compiled_kernels_hold_no_constant_of_several_values(model_and_likelihoo
         assert not arrays, (fgraph.outputs, [a.type for a in arrays])
 
 
+def _compiled_signature(kernel) -> tuple:
+    """What numba's cache key (and so the cache file's name) is made of: the compiled graph's
+    operations and the values of its constants."""
+    fgraph = kernel.maker.fgraph
+    constants = sorted(
+        (str(v.type), np.asarray(v.data).tobytes())
+        for v in fgraph.variables
+        if isinstance(v, Constant)
+    )
+    return [str(node.op) for node in fgraph.toposort()], constants
+
+
+def test_compiled_kernels_do_not_depend_on_the_rows_values():
+    """The same model on rows of other values compiles to the same cached kernels: no value of
+    the rows, nor one folded from them, is inline in a kernel numba may cache (found in review:
+    a column every row shares and outcomes all 0 were folded into one inline value, hashed into
+    the cache files' names). The GLM gradient's factoring reads the rows' values: there a
+    column every row shares is inline, and that kernel is not cached."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1, 1, (80, 2))
+    ordinary = (x, rng.integers(0, 2, 80))
+    degenerate = (np.c_[x[:, 0], np.full(80, 0.731234)], np.zeros(80, dtype=int))
+    signatures = []
+    for covariates, outcomes in (ordinary, degenerate):
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 2.5, shape=2)
+            pm.Bernoulli("k", logit_p=pm.math.dot(covariates, b), observed=outcomes)
+        lik = pdp.PerRowLikelihood(model)
+        kernels = [
+            lik.ratio_kernel(),
+            lik.grad_kernel(),
+            lik.ratio_kernel(batch=True),
+            lik.whitened_kernel(),
+            lik.curvature_kernel(observed=True),
+        ]
+        signatures.append([(k.cache, _compiled_signature(k)) for k in kernels])
+    (ordinary, degenerate) = signatures
+    assert [cached for cached, _ in ordinary] == [True] * 5
+    assert [cached for cached, _ in degenerate] == [True, False, True, True, True]
+    for (_, a), (cached, b) in zip(ordinary, degenerate, strict=True):
+        assert a == b or not cached
+
+
 def test_one_row_kernels_are_not_cached_on_disk(monkeypatch):
     """With one row, a one-value array is the row: kernels may hold it inline (numba folds it
     into the code, where no search for its bytes finds it), so they are compiled with numba's

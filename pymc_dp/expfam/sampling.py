@@ -26,6 +26,7 @@ import pytensor
 import xarray as xr
 from numpy.typing import ArrayLike, NDArray
 from pymc.model import Model, modelcontext
+from pytensor.compile.mode import Mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import clone_replace
@@ -59,10 +60,46 @@ _SUPPORTED = (
 )
 
 
+_NUMPY = Mode(linker="py", optimizer=None)
+
+
 def _value(var: Variable) -> NDArray[Any]:
     if isinstance(var, SharedVariable):
         return np.asarray(var.get_value(borrow=True))
     return np.asarray(var.data)  # type: ignore[attr-defined]
+
+
+def _check_prior_reads_no_data(model: Model, theta: Variable, lik: Variable) -> None:
+    """Refuse a prior whose parameters read data (contract item 3; found in review: a prior
+    ``Normal(mean(y), std(y))`` was accepted and the release rested on exact statistics): a
+    ``pm.Data`` container, the observed values, or a copy of them (float values matched, as
+    :meth:`pymc_dp.graph.ModelGraph.matches_private` matches them). Graph and values only;
+    nothing is evaluated."""
+    params = theta.owner.op.dist_params(theta.owner)
+    observed = _value(model.rvs_to_values[lik]) if lik in model.observed_RVs else None
+    floats = None
+    if observed is not None and observed.dtype.kind == "f":
+        floats = np.unique(observed[np.isfinite(observed) & (observed != np.round(observed))])
+    for a in ancestors(params):
+        data = a.type.ndim > 0 if hasattr(a.type, "ndim") else False
+        if isinstance(a, SharedVariable) and data:
+            raise ValueError(
+                f"the prior of {theta.name!r} reads the data container {a.name!r}: a prior must "
+                "not depend on the data (its exact values would be released)"
+            )
+        if not (isinstance(a, Constant) and data and np.size(a.data) > 1):
+            continue
+        value = np.asarray(a.data)
+        same = observed is not None and value.size == observed.size and np.array_equal(
+            value.ravel(), observed.ravel()
+        )
+        if not same and floats is not None and floats.size >= 3 and value.dtype.kind == "f":
+            same = np.isin(floats, value).mean() > 0.5
+        if same:
+            raise ValueError(
+                f"the prior of {theta.name!r} reads a copy of the observed values of "
+                f"{lik.name!r}: a prior must not depend on the data"
+            )
 
 
 def _has_random_variable(variables: list[Variable]) -> bool:
@@ -172,7 +209,9 @@ def _evaluate_constants(params: list[Variable], what: str) -> list[NDArray[np.fl
             f"the {what} parameters depend on another random variable (hierarchical model): "
             f"only a single conjugate pair is supported ({_SUPPORTED})"
         )
-    fn = pytensor.function([], params, on_unused_input="ignore")
+    # NumPy, nothing compiled to disk: these may read the rows (review: numba's cache held
+    # every per-row trial count of a model then refused)
+    fn = pytensor.function([], params, on_unused_input="ignore", mode=_NUMPY)
     return [np.asarray(v, dtype=np.float64) for v in fn()]
 
 
@@ -186,7 +225,7 @@ def _link(theta_rv: Variable, params: list[Variable]) -> Any:
             "the likelihood parameters depend on random variables other than the prior variable "
             f"{theta_rv.name!r}: only a single conjugate pair is supported ({_SUPPORTED})"
         )
-    fn = pytensor.function([theta_in], replaced, on_unused_input="ignore")
+    fn = pytensor.function([theta_in], replaced, on_unused_input="ignore", mode=_NUMPY)
     return lambda t: [np.asarray(v, dtype=np.float64) for v in fn(t)]
 
 
@@ -257,6 +296,7 @@ def find_conjugate_pair(model: Model | None = None) -> ConjugateModel:
     """
     model = modelcontext(model)
     theta, lik = _find_pair(model)
+    _check_prior_reads_no_data(model, theta, lik)
     p_op, l_op = theta.owner.op.name, lik.owner.op.name
     prior_params = _evaluate_constants(theta.owner.op.dist_params(theta.owner), "prior")
     if p_op == "dirichlet":
