@@ -397,7 +397,8 @@ def common_factor(
     ``k_j`` broadcast to the shape of ``u``; ``None`` if there is no such group. The identity
     ``c_j = u * k_j`` is exact algebra; values differ from the unfactored graph by rounding only.
     """
-    comps = rewrite_graph(list(components), include=("canonicalize",))
+    # on a copy: in place, the canonical folds would reach every graph sharing these nodes
+    comps = rewrite_graph(list(components), include=("canonicalize",), clone=True)
     groups: dict[tuple, list[tuple[int, list[Variable]]]] = {}
     for j, c in enumerate(comps):
         depends = [f for f in _factors(c) if wrt in ancestors([f])]
