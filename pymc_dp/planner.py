@@ -73,16 +73,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-import pytensor
 from pymc.blocking import DictToArrayBijection
 from pymc.model import Model, modelcontext
 from pymc.pytensorf import join_nonshared_inputs
-from pytensor.compile.mode import Mode
 from scipy.special import ndtr, ndtri
 
 from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.graph import analyse
+from pymc_dp.kernel_rewrites import hessian_fn
 from pymc_dp.mixing import simulate_anchored_chain
 from pymc_dp.step_methods.anchoring import ANCHORED_WARM_START, DEFAULT_ANCHOR_SHARE
 from pymc_dp.step_methods.base import default_delta
@@ -637,6 +636,5 @@ def _prior_precision(model: Model, q0: np.ndarray) -> np.ndarray:
     point = model.initial_point()
     prior = model.logp(vars=model.free_RVs, jacobian=True)
     [prior], q = join_nonshared_inputs(point, [prior], model.value_vars, {})
-    hess = pytensor.gradient.hessian(prior, q)
-    fn = pytensor.function([q], hess, mode=Mode(linker="py", optimizer="fast_compile"))
-    return np.maximum(-np.diag(np.asarray(fn(q0))), 0.0)
+    fn = hessian_fn(prior, q)
+    return np.maximum(-np.diag(np.asarray(fn(np.asarray(q0, dtype=q.dtype)))), 0.0)

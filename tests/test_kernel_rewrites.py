@@ -169,3 +169,22 @@ def test_models_without_a_shared_factor_keep_the_elementwise_sum():
     for b in (0.5, 3.0):
         got = lik.grad_kernel()(q, np.asarray(b))[0]
         np.testing.assert_allclose(got, _numpy_clipped_sum(lik, q, b), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_numpy_mode_evaluates_sums_and_products_wider_than_numpy_allows(op):
+    """Canonicalize flattens a sum of many terms into one Add (a curvature's 55 squared entries
+    at D = 10), which NumPy evaluates for at most 32 operands: ``numpy_mode`` nests it."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from pymc_dp.kernel_rewrites import numpy_mode
+
+    xs = [pt.vector(f"x{i}") for i in range(70)]
+    terms = [x**2 if op == "add" else pt.exp(x) for x in xs]
+    out = pt.add(*terms) if op == "add" else pt.mul(*terms)
+    fn = pytensor.function(xs, out, mode=numpy_mode())
+    assert type(fn.maker.linker).__name__ == "PerformLinker"
+    values = np.random.default_rng(0).normal(0, 0.1, (70, 5))
+    want = (values**2).sum(0) if op == "add" else np.exp(values.sum(0))
+    np.testing.assert_allclose(fn(*values), want, rtol=1e-12)

@@ -37,12 +37,13 @@ def neighbours():
     X2[7], y2[7] = np.array([1.0, 1.0, -1.0]), 1 - y[7]
     X3 = X.copy()
     X3[7] = np.array([1.0, 1e155, -1.0])  # finite, but its squares overflow (found in review)
+    # the default mode: the curvature and whitened kernels in NumPy, as users run them
     return (
-        pdp.PerRowLikelihood(_logistic(X, y), compile_kwargs=FAST),
-        pdp.PerRowLikelihood(_logistic(X2, y2), compile_kwargs=FAST),
+        pdp.PerRowLikelihood(_logistic(X, y)),
+        pdp.PerRowLikelihood(_logistic(X2, y2)),
         X,
         y,
-        pdp.PerRowLikelihood(_logistic(X3, y2), compile_kwargs=FAST),
+        pdp.PerRowLikelihood(_logistic(X3, y2)),
     )
 
 
@@ -89,7 +90,7 @@ def test_the_matrix_form_of_the_empirical_fisher_matches_the_unrolled_one(neighb
 
     monkeypatch.setattr(likelihood_module, "_MAX_UNROLLED_FISHER_DIM", 0)
     lik, lik2, X, y, lik3 = neighbours
-    fresh = [pdp.PerRowLikelihood(other.model, compile_kwargs=FAST) for other in (lik, lik2, lik3)]
+    fresh = [pdp.PerRowLikelihood(other.model) for other in (lik, lik2, lik3)]
     rng = np.random.default_rng(3)
     edges = np.r_[0.0, np.geomspace(1e-4, 10.0, 12)]
     largest = 0.0

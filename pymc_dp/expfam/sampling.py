@@ -90,8 +90,10 @@ def _check_prior_reads_no_data(model: Model, theta: Variable, lik: Variable) -> 
         if not (isinstance(a, Constant) and data and np.size(a.data) > 1):
             continue
         value = np.asarray(a.data)
-        same = observed is not None and value.size == observed.size and np.array_equal(
-            value.ravel(), observed.ravel()
+        same = (
+            observed is not None
+            and value.size == observed.size
+            and np.array_equal(value.ravel(), observed.ravel())
         )
         if not same and floats is not None and floats.size >= 3 and value.dtype.kind == "f":
             same = np.isin(floats, value).mean() > 0.5
