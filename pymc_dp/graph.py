@@ -39,13 +39,14 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
+from pymc.logprob.utils import CheckParameterValue, ParameterValueError
 from pymc.model import Model, modelcontext
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
@@ -54,11 +55,15 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace, graph_replace
-from pytensor.graph.traversal import ancestors, io_toposort
-from pytensor.tensor.basic import Alloc
+from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+from pytensor.scalar.basic import AND
+from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor
+from pytensor.tensor.elemwise import CAReduce
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.type import TensorType, discrete_dtypes
+
+from pymc_dp.kernel_rewrites import provably_true
 
 __all__ = [
     "DataInput",
@@ -643,6 +648,13 @@ def _analyse(
     )
     if validate:
         _check_no_data_in_scan_bodies(model, rows, inputs)
+    checked = _row_local_checks([o.term for o in terms], {i.var for i in inputs})
+    observed = tuple(replace(o, term=t) for o, t in zip(observed, checked, strict=False))
+    potentials = tuple(
+        replace(o, term=t) for o, t in zip(potentials, checked[len(observed) :], strict=True)
+    )
+    terms = observed + potentials
+    rows = functools.reduce(lambda a, b: a + b, [o.term for o in terms])
     unread = _unread_containers(model, inputs, collect)
     graph = ModelGraph(
         model=model,
@@ -669,6 +681,60 @@ def _analyse(
         _check_support(graph)
         _check_row_local(graph)
     return graph
+
+
+def _conjuncts(cond: Variable) -> list[Variable]:
+    """The conditions PyMC's ``check_parameters`` joined into one scalar,
+    ``all([all(c_1), all(c_2), ...])``, each before its ``all``; else ``[cond]``."""
+    node = cond.owner
+    if node is not None and isinstance(node.op, ScalarFromTensor):
+        return _conjuncts(node.inputs[0])
+    if node is not None and isinstance(node.op, CAReduce) and isinstance(node.op.scalar_op, AND):
+        inner = node.inputs[0]
+        if node.op.axis is None or tuple(node.op.axis) == tuple(range(inner.ndim)):
+            if inner.owner is not None and isinstance(inner.owner.op, MakeVector):
+                return [c for part in inner.owner.inputs for c in _conjuncts(part)]
+            return [inner]
+    return [cond]
+
+
+def _row_local_checks(terms: list[Variable], data: set) -> list[Variable]:
+    """``terms`` with every parameter check that reads the data applied row by row.
+
+    PyMC checks a distribution's parameters over all rows at once, ``switch(all(conditions),
+    logp, -inf)`` once compiled: one row whose parameter leaves its domain (a per-row sd of 0, a
+    probability ``c_i sigmoid(a)`` above 1 at some ``a``) made every row's term -inf, so one
+    person changed all n terms (the kernels' sensitivity assumes one), and the row-locality check
+    refused such models with PyTensor's withheld error. A condition that reads the data and has
+    at least the term's dimensions (trailing ones, a multivariate parameter's, reduced) becomes
+    ``switch(condition, logp, -inf)`` per row; the others (public parameters, conditions that do
+    not align with the rows) stay one check, which the row-locality check tests as before.
+    """
+    replace_map = {}
+    for node in io_toposort(graph_inputs(terms), terms):
+        op = node.op
+        if not (isinstance(op, CheckParameterValue) and op.can_be_replaced_by_ninf):
+            continue
+        expr, *conds = node.inputs
+        per_row, whole = [], []
+        for c in (c for cond in conds for c in _conjuncts(cond)):
+            if provably_true(c):  # 0 <= sigmoid(eta) <= 1: no work per row (kernel_rewrites)
+                continue
+            if c.ndim >= expr.ndim and data & set(ancestors([c])):
+                per_row.append(
+                    pt.all(c, axis=tuple(range(expr.ndim, c.ndim))) if c.ndim > expr.ndim else c
+                )
+            else:
+                whole.append(pt.all(c))
+        if not per_row:
+            continue
+        if whole:
+            expr = CheckParameterValue(op.msg, True)(expr, pt.all(pt.stack(whole)))
+        ok = functools.reduce(pt.and_, per_row)
+        replace_map[node.outputs[0]] = pt.switch(ok, expr, -np.inf).astype(expr.dtype)
+    if not replace_map:
+        return list(terms)
+    return list(graph_replace(list(terms), replace_map, strict=False))
 
 
 def _check_no_data_in_scan_bodies(model: Model, rows: Variable, inputs: list[DataInput]) -> None:
@@ -987,16 +1053,51 @@ def _check_support(graph: ModelGraph) -> None:
         mode=_CHECK_MODE,
         on_unused_input="ignore",
     )
-    values = fn(*[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars])
+    args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+    try:
+        values = fn(*args)
+    except ParameterValueError:
+        # a per-row parameter outside its domain (a row's sigma of 0): PyTensor's message would
+        # print the values, so the term and its checks' conditions (graph text) are named
+        raise ValueError(_parameter_refusal(graph, point)) from None
     for o, v in zip(graph.terms, values, strict=True):
         if not np.all(np.isfinite(v)):
             what = "Observed variable" if o.value is not None else "Per-row potential"
             raise ValueError(
-                f"{what} '{o.name}' has values outside the support of its distribution "
-                "(its log-density is -inf or NaN at the model's initial point). Correct or drop "
+                f"{what} '{o.name}' has values outside the support of its distribution, or "
+                "per-row parameters outside their domain (a scale of 0, a probability above 1): "
+                "its log-density is -inf or NaN at the model's initial point. Correct or drop "
                 "those rows before modelling: one such row would change how the sampler behaves, "
                 "which no privacy accountant sees."
             )
+
+
+def _parameter_refusal(graph: ModelGraph, point: dict) -> str:
+    """The refusal of :func:`_check_support` for terms whose parameter checks fail: which terms
+    (each evaluated alone) and the conditions their checks state, never a value."""
+    model = graph.model
+    args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+    failing = []
+    for o in graph.terms:
+        fn = pytensor.function(model.value_vars, o.term, mode=_CHECK_MODE, on_unused_input="ignore")
+        try:
+            fn(*args)
+        except ParameterValueError:
+            conditions = sorted(
+                {
+                    str(node.op.msg)
+                    for node in io_toposort(model.value_vars, [o.term])
+                    if isinstance(node.op, CheckParameterValue)
+                }
+            )
+            failing.append(f"'{o.name}' ({', '.join(conditions) or 'a parameter check'})")
+    names = ", ".join(failing) or "a likelihood term"
+    return (
+        f"Per-row parameters of {names} are outside their domain in some row (a scale of 0, a "
+        "probability above 1: the condition named fails). Correct or drop those rows before "
+        "modelling: one such row would change how the sampler behaves, which no privacy "
+        "accountant sees."
+    )
 
 
 def _distinct_rows(value: np.ndarray, axis: int, rng: np.random.Generator) -> np.ndarray:

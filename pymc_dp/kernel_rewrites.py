@@ -58,6 +58,7 @@ __all__ = [
     "numpy_mode",
     "hessian_fn",
     "optimise_rows",
+    "provably_true",
     "split_columns",
 ]
 
@@ -233,7 +234,7 @@ def split_columns(
     return [get(o) for o in outputs], columns
 
 
-def _provably_true(cond: Variable) -> bool:
+def provably_true(cond: Variable) -> bool:
     """Whether a boolean graph is true for every finite value of its inputs."""
     value = _const_value(cond)
     if value is not None:
@@ -243,15 +244,15 @@ def _provably_true(cond: Variable) -> bool:
         return False
     op = node.op
     if isinstance(op, CAReduce) and isinstance(op.scalar_op, ps.AND):
-        return _provably_true(node.inputs[0])
+        return provably_true(node.inputs[0])
     if type(op).__name__ in ("MakeVector", "ScalarFromTensor", "TensorFromScalar") or (
         isinstance(op, DimShuffle)
     ):
-        return all(_provably_true(i) for i in node.inputs)
+        return all(provably_true(i) for i in node.inputs)
     if isinstance(op, Elemwise):
         s = op.scalar_op
         if isinstance(s, ps.AND):
-            return all(_provably_true(i) for i in node.inputs)
+            return all(provably_true(i) for i in node.inputs)
         if isinstance(s, ps.GE | ps.LE):
             a, b = node.inputs if isinstance(s, ps.GE) else node.inputs[::-1]
             # a >= b with a = sigmoid(.) in [0, 1] and b <= 0, or b = sigmoid(.) and a >= 1
@@ -288,7 +289,7 @@ def drop_redundant_checks(outputs: Sequence[Variable]) -> list[Variable]:
     """
     replace = {}
     for node in io_toposort([], list(outputs)):
-        if isinstance(node.op, CheckAndRaise) and all(_provably_true(c) for c in node.inputs[1:]):
+        if isinstance(node.op, CheckAndRaise) and all(provably_true(c) for c in node.inputs[1:]):
             replace[node.outputs[0]] = node.inputs[0]
     return list(graph_replace(list(outputs), replace, strict=False)) if replace else list(outputs)
 

@@ -199,6 +199,51 @@ def test_out_of_support_rows_are_refused_without_printing_them(data, case):
     assert "'y'" in str(err.value) and "17" not in str(err.value) and "1.7" not in str(err.value)
 
 
+def test_a_per_row_parameter_outside_its_domain_is_refused_by_name(data):
+    """A known per-row sd of 0 made PyMC's parameter check fail for the whole vector, withheld
+    by the boundary as an unexplained ``DataBoundaryError``: now the same refusal as a value
+    outside the support, naming the variable, never the row or its value."""
+    X, y = data
+    sd = np.random.default_rng(3).uniform(0.5, 2.0, N)
+    sd[17] = 0.0
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=D)
+        pm.Normal("y", X @ beta, sd, observed=y.astype(float))
+    with model, pytest.raises(ValueError, match="per-row parameters outside their domain") as err:
+        _penalty()
+    text = str(err.value)
+    assert "'y'" in text and "17" not in text and err.value.__cause__ is None
+
+
+def test_a_parameter_check_that_reads_the_rows_is_applied_row_by_row():
+    """PyMC checks ``0 <= p <= 1`` over all rows at once: with ``p_i = c_i sigmoid(a)`` and one
+    person's ``c_i`` above 1, every row's term became -inf wherever ``sigmoid(a) > 1 / c_i`` (n
+    terms changed by one person; the model was refused by the row-locality check with a withheld
+    error). Now the condition holds per row: both neighbours are accepted, only that row is
+    -inf, and the clipped sums move by at most their sensitivity."""
+    rng = np.random.default_rng(3)
+    n, bound = 200, 0.01
+    y = rng.integers(0, 2, n)
+    sums = []
+    for c17 in (0.5, 1.05):
+        c = np.full(n, 0.5)
+        c[17] = c17
+        with pm.Model() as model:
+            a = pm.Normal("a", 0, 2)
+            pm.Binomial("y", 1, c * pm.math.sigmoid(a), observed=y)
+        lik = pdp.PerRowLikelihood(model)
+        far = np.array([4.0])  # sigmoid(4) = 0.982: 1.05 x 0.982 > 1
+        rows = lik.logp_rows(far)
+        assert np.isfinite(np.delete(rows, 17)).all()
+        assert np.isfinite(rows[17]) == (c17 < 1)
+        ratio = lik.ratio_kernel()(far, np.array([0.0]), np.asarray(bound))[0]
+        grad = lik.grad_kernel()(far, np.asarray(bound))[0]
+        sums.append((ratio, grad))
+    (r0, g0), (r1, g1) = sums
+    assert abs(r0 - r1) <= 2 * bound * (1 + 1e-9)
+    assert np.linalg.norm(g0 - g1) <= 2 * bound * (1 + 1e-9)
+
+
 def test_kernels_bound_non_finite_rows():
     """Second line of defence: a row whose term is -inf or NaN at some parameter value
     contributes a data-independent value inside the clip bound (ratio) or zero (gradient)."""
