@@ -705,10 +705,11 @@ def _row_local_checks(terms: list[Variable], data: set) -> list[Variable]:
     logp, -inf)`` once compiled: one row whose parameter leaves its domain (a per-row sd of 0, a
     probability ``c_i sigmoid(a)`` above 1 at some ``a``) made every row's term -inf, so one
     person changed all n terms (the kernels' sensitivity assumes one), and the row-locality check
-    refused such models with PyTensor's withheld error. A condition that reads the data and has
-    at least the term's dimensions (trailing ones, a multivariate parameter's, reduced) becomes
-    ``switch(condition, logp, -inf)`` per row; the others (public parameters, conditions that do
-    not align with the rows) stay one check, which the row-locality check tests as before.
+    refused such models with PyTensor's withheld error. A condition that reads the data becomes
+    ``switch(condition, logp, -inf)``, broadcast against the term from the trailing axes as PyMC
+    broadcast the parameters with the value (axes beyond the term's, a multivariate parameter's
+    core axes, reduced), so it holds per row; a condition of public parameters stays one check.
+    Whether the result is row-local is still decided by the row-locality check.
     """
     replace_map = {}
     for node in io_toposort(graph_inputs(terms), terms):
@@ -720,7 +721,10 @@ def _row_local_checks(terms: list[Variable], data: set) -> list[Variable]:
         for c in (c for cond in conds for c in _conjuncts(cond)):
             if provably_true(c):  # 0 <= sigmoid(eta) <= 1: no work per row (kernel_rewrites)
                 continue
-            if c.ndim >= expr.ndim and data & set(ancestors([c])):
+            if data & set(ancestors([c])):
+                # c <= expr's ndim broadcasts against it from the trailing axes (as PyMC
+                # broadcast the parameters with the value); more: a multivariate parameter's
+                # trailing core axes, reduced
                 per_row.append(
                     pt.all(c, axis=tuple(range(expr.ndim, c.ndim))) if c.ndim > expr.ndim else c
                 )
@@ -1055,7 +1059,8 @@ def _check_support(graph: ModelGraph) -> None:
     )
     args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
     try:
-        values = fn(*args)
+        with np.errstate(all="ignore"):  # a row's overflow must not warn
+            values = fn(*args)
     except ParameterValueError:
         # a per-row parameter outside its domain (a row's sigma of 0): PyTensor's message would
         # print the values, so the term and its checks' conditions (graph text) are named
@@ -1081,7 +1086,8 @@ def _parameter_refusal(graph: ModelGraph, point: dict) -> str:
     for o in graph.terms:
         fn = pytensor.function(model.value_vars, o.term, mode=_CHECK_MODE, on_unused_input="ignore")
         try:
-            fn(*args)
+            with np.errstate(all="ignore"):
+                fn(*args)
         except ParameterValueError:
             conditions = sorted(
                 {

@@ -19,6 +19,7 @@ holds, its contribution stays within the sensitivity the accountant assumes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -164,14 +165,17 @@ class _Serialised:
     a PyTensor function's storage is not thread-safe: two steps called from threads got each
     other's sums (review), a clip of 1e-6 returning a sum of 4e4."""
 
-    def __init__(self, fn, cache: bool = True) -> None:
+    def __init__(self, fn, cache: bool = True, quiet: bool = False) -> None:
         self.fn = fn
         self.cache = cache  # whether numba may cache it on disk (unpickling compiles it again)
+        # evaluated in NumPy: an overflow on one row would warn (or raise, under a user's
+        # np.seterr), a side channel of that row's value (review); Numba kernels never warn
+        self.quiet = quiet
         self._lock = threading.Lock()
         _LOCKED.add(self)
 
     def __call__(self, *args, **kwargs):
-        with self._lock:
+        with self._lock, np.errstate(all="ignore") if self.quiet else contextlib.nullcontext():
             out = self.fn(*args, **kwargs)
             # copied under the lock: a function compiled to reuse its output buffers
             # (allow_gc=False) would otherwise hand this caller the next caller's values
@@ -180,7 +184,7 @@ class _Serialised:
             return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __getattr__(self, name: str):
-        if name in ("fn", "_lock", "cache"):  # unpickling: not set yet
+        if name in ("fn", "_lock", "cache", "quiet"):  # unpickling: not set yet
             raise AttributeError(name)
         return getattr(self.fn, name)
 
@@ -189,13 +193,13 @@ class _Serialised:
         # with the process's numba__cache: one that must not be cached is pickled on its own,
         # to be unpickled with the cache off
         if self.cache:
-            return _Serialised, (self.fn,)
-        return _uncached_kernel, (pickle.dumps(self.fn),)
+            return _Serialised, (self.fn, True, self.quiet)
+        return _uncached_kernel, (pickle.dumps(self.fn), self.quiet)
 
 
-def _uncached_kernel(blob: bytes) -> _Serialised:
+def _uncached_kernel(blob: bytes, quiet: bool = False) -> _Serialised:
     with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
-        return _Serialised(pickle.loads(blob), cache=False)
+        return _Serialised(pickle.loads(blob), cache=False, quiet=quiet)
 
 
 def _inline_values(outs) -> set:
@@ -373,7 +377,8 @@ class PerRowLikelihood:
         rows are many (see ``_NUMPY_MAX_ROWS``)."""
         cache = CACHE_KERNELS and cache and self.n_rows > 1  # one row: a one-value array
         kwargs = dict(self._compile_kwargs)
-        if few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS:
+        quiet = few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS
+        if quiet:
             kwargs["mode"], cache = numpy_mode(), False
         if self._idx in inputs:
             # Batch kernels gather rows first, in tight loops. Fused into the arithmetic loop
@@ -388,7 +393,7 @@ class PerRowLikelihood:
         with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
             fn = pm_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
-        return _Serialised(fn, cache=cache)
+        return _Serialised(fn, cache=cache, quiet=quiet)
 
     def _rows_as_storage(self, outputs):
         """``outputs`` reading every array of the rows from a shared variable, never a constant.
@@ -451,9 +456,11 @@ class PerRowLikelihood:
             return outs
         todo = list(folds)
         fn = pytensor.function([], todo, mode=Mode(linker="py", optimizer=None))
+        with np.errstate(all="ignore"):  # a row's overflow must not warn
+            values = fn()
         swap = {
             v: pytensor.shared(np.asarray(x, dtype=v.type.dtype), borrow=True, shape=v.type.shape)
-            for v, x in zip(todo, fn(), strict=True)
+            for v, x in zip(todo, values, strict=True)
         }
         return graph_replace(outs, swap, strict=False)
 
@@ -753,7 +760,7 @@ class PerRowLikelihood:
 
     @cached_property
     def _prior_hessian_fn(self):
-        return _Serialised(hessian_fn(self._prior, self._q), cache=False)
+        return _Serialised(hessian_fn(self._prior, self._q), cache=False, quiet=True)
 
     def prior_hessian(self, q: np.ndarray) -> np.ndarray:
         """Hessian of the log prior (with log-Jacobian and potentials) at ``q``; public."""

@@ -122,9 +122,16 @@ def _calibrate(
     hi = float(np.sqrt(chains * iterations / (2.0 * mu)))
     while spends(hi):
         hi *= 2.0
+        if hi > 1e12:  # epsilon with a floor above the budget (review): no noise level fits
+            raise PrivacyBudgetError(
+                f"No noise level keeps this run within epsilon={epsilon}: its releases spend "
+                "more than that at any noise (fewer iterations or chains, or a larger budget)."
+            )
     lo = hi / 2.0
     while not spends(lo) and lo > 1e-8:
         hi, lo = lo, lo / 2.0
+    if not spends(lo):  # even almost no noise fits the budget
+        return lo
     if hi / lo <= 1.0 + _CALIBRATION_RTOL:
         return hi
     # Brent's method on log epsilon against log s (smooth and monotone: 5-7 evaluations where
@@ -144,6 +151,14 @@ def _calibrate(
     scale = min(float(np.exp(found)) * (1.0 + 0.5 * _CALIBRATION_RTOL), hi)
     while spends(scale):
         scale = min(scale * (1.0 + 0.5 * _CALIBRATION_RTOL), hi)
+    below = scale / (1.0 + _CALIBRATION_RTOL)
+    if below > lo and not spends(below):
+        # Brent stopped on a flat stretch (a step-like epsilon, review): bisect what is left
+        hi = below
+        while hi / lo > 1.0 + _CALIBRATION_RTOL:
+            mid = float(np.sqrt(lo * hi))
+            lo, hi = (mid, hi) if spends(mid) else (lo, mid)
+        return hi
     return scale  # the noisier end of the root: never over budget
 
 

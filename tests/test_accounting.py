@@ -693,3 +693,46 @@ def test_largest_count():
     assert largest_count(lambda k: k <= 37) == 37
     assert largest_count(lambda k: k == 0) == 0
     assert largest_count(lambda k: True) >= 2**40  # the search stops on its own
+
+
+# ----------------------------------------------------------------- calibration (runplan)
+class _NotGaussian:
+    gaussian = False  # takes the bracketed root search of runplan._calibrate
+
+
+@pytest.mark.parametrize(
+    "name, spend, want",
+    [
+        ("smooth", lambda s: 10.0 / s, 10.0),
+        ("step-like (PLD grid)", lambda s: np.ceil(10.0 / s * 8) / 8, 10.0),
+        ("non-finite below 5", lambda s: np.inf if s < 5.0 else 10.0 / s, 10.0),
+        ("tiny at any noise", lambda s: 1e-3 * s, None),
+    ],
+)
+def test_calibration_is_within_budget_and_tight(monkeypatch, name, spend, want):
+    """The noise multiplier is found by Brent's method (review: a step-like epsilon let it stop
+    on a flat stretch 7% above the root, and a budget every noise level fits made it raise): it
+    never spends more than the budget, and lies within the calibration's relative 1e-4 of the
+    smallest multiplier that fits (10 for eps(s) = 10 / s at epsilon 1)."""
+    import pymc_dp.runplan as runplan
+
+    monkeypatch.setattr(runplan, "run_epsilon", lambda m, s, *args, **kw: spend(s))
+    runplan._calibrate.cache_clear()
+    scale = runplan._calibrate((_NotGaussian(),), 1.0, 1e-6, 100, 2)
+    runplan._calibrate.cache_clear()
+    assert spend(scale) <= 1.0
+    if want is None:
+        assert scale <= 1e-8  # almost no noise fits
+    else:
+        assert want <= scale <= want * (1 + 1e-4)
+
+
+def test_calibration_refuses_a_budget_no_noise_level_fits(monkeypatch):
+    """An epsilon with a floor above the budget made the bracket search double forever."""
+    import pymc_dp.runplan as runplan
+
+    monkeypatch.setattr(runplan, "run_epsilon", lambda m, s, *args, **kw: 1.5 + 1.0 / s)
+    runplan._calibrate.cache_clear()
+    with pytest.raises(runplan.PrivacyBudgetError, match="No noise level"):
+        runplan._calibrate((_NotGaussian(),), 1.0, 1e-6, 100, 2)
+    runplan._calibrate.cache_clear()

@@ -244,6 +244,48 @@ def test_a_parameter_check_that_reads_the_rows_is_applied_row_by_row():
     assert np.linalg.norm(g0 - g1) <= 2 * bound * (1 + 1e-9)
 
 
+def test_a_check_broadcast_from_the_trailing_axes_holds_row_by_row():
+    """Review: a per-row potential of shape (2, n) summed over its first axis, with a per-row
+    parameter of shape (n,): the check stayed global, so one person (an integer count far
+    above the others, which the row-locality check only swaps) turned all 40 terms -inf. The
+    condition now broadcasts against the term as PyMC broadcast the parameter."""
+    rng = np.random.default_rng(0)
+    n, bound = 40, 1.0
+    counts = rng.integers(0, 2, (n, 2))
+    sums = []
+    for c5 in (1, 10):
+        c = np.ones(n, dtype="int64")
+        c[5] = c5
+        with pm.Model() as model:
+            a = pm.Normal("a", 0, 1.5)
+            p = c * pm.math.sigmoid(a - 4.0)
+            pm.Potential("pot", pm.logp(pm.Binomial.dist(n=3, p=p), counts.T).sum(axis=0))
+        lik = pdp.PerRowLikelihood(model)
+        far = np.array([2.0])  # sigmoid(-2) = 0.12: 10 x 0.12 > 1
+        rows = lik.logp_rows(far)
+        assert np.isfinite(np.delete(rows, 5)).all() and np.isfinite(rows[5]) == (c5 == 1)
+        sums.append(lik.ratio_kernel()(far, np.array([0.0]), np.asarray(bound))[0])
+    assert abs(sums[0] - sums[1]) <= 2 * bound * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("errors", ["default", "raise"])
+def test_the_warm_start_is_silent_on_a_row_that_overflows(errors):
+    """Review: evaluated in NumPy, the warm start's kernels warned ``overflow encountered in
+    reduce`` on one row whose squares overflow (finite, 9.4e154), and raised under a user's
+    ``np.seterr(over="raise")``: a side channel of that row. Numba's kernels never warned."""
+    rng = np.random.default_rng(5)
+    x = np.column_stack([np.ones(200), rng.uniform(-1, 1, (200, 2))])
+    x[7, 1:] = 9.378826020546213e154
+    with pm.Model():
+        b = pm.Normal("b", 0, 2.5, shape=3)
+        pm.Bernoulli("k", logit_p=pm.math.dot(x, b), observed=rng.integers(0, 2, 200))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with np.errstate(over="raise" if errors == "raise" else "warn"):
+                pdp.DPLaplace(epsilon=1.0, grad_clip=2.0, noise_seed=1)
+    assert [str(w.message) for w in caught] == []
+
+
 def test_kernels_bound_non_finite_rows():
     """Second line of defence: a row whose term is -inf or NaN at some parameter value
     contributes a data-independent value inside the clip bound (ratio) or zero (gradient)."""
