@@ -1192,6 +1192,20 @@ def _check_row_local(graph: ModelGraph) -> None:
             moved = [*values[:k], like, *values[k + 1 :]]
             if changed(args, moved, np.arange(n) != j):
                 _not_row_local(graph, inputs)
+    # one person's integer row moved beyond every other's (review: a condition on all counts,
+    # all(c <= 2), that no swap of people moves); a model that cannot evaluate such a row (an
+    # index beyond its range) skips this trial, which only adds to the ones above
+    for k, inp in enumerate(inputs):
+        if values[k].dtype.kind not in "iu" or n < 2:
+            continue
+        j = int(rng.integers(n))
+        moved = [*values[:k], _beyond(values[k], inp.row_axis, j), *values[k + 1 :]]
+        try:
+            moved_others = changed(args, moved, np.arange(n) == j)
+        except Exception:  # noqa: BLE001 - evaluated on a row the model may not accept
+            continue
+        if moved_others:
+            _not_row_local(graph, inputs)
 
 
 def _not_row_local(graph: ModelGraph, inputs) -> None:
@@ -1228,6 +1242,15 @@ def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.
     idx[axis] = slice(j, j + 1)
     out[tuple(idx)] = src
     return out
+
+
+def _beyond(value: np.ndarray, axis: int, j: int) -> np.ndarray:
+    """``value`` (integers) with row ``j`` set above every value (below, at the dtype's top)."""
+    info = np.iinfo(value.dtype)
+    hi, lo = int(value.max()), int(value.min())
+    out = np.moveaxis(np.array(value, copy=True), axis, 0)
+    out[j] = hi + 1 if hi < info.max else lo - 1
+    return np.moveaxis(out, 0, axis)
 
 
 def _change_rows(value: np.ndarray, axis: int, rows: np.ndarray, rng) -> np.ndarray:

@@ -268,6 +268,21 @@ def test_a_check_broadcast_from_the_trailing_axes_holds_row_by_row():
     assert abs(sums[0] - sums[1]) <= 2 * bound * (1 + 1e-9)
 
 
+def test_a_condition_on_every_persons_count_is_not_row_local():
+    """Review: a term that reads the other rows only through a condition on all integer counts
+    (``all(c <= 2)``) was accepted, since the row-locality check only swapped integer rows; one
+    person with a count of 3 changes every row's term. Now one integer row is also moved
+    beyond all others."""
+    rng = np.random.default_rng(0)
+    c = rng.integers(1, 3, 40)
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        widen = pt.switch(pt.all(pt.as_tensor(c) <= 2), 0.0, 1.0)
+        pm.Binomial("k", n=3, p=pm.math.sigmoid(a) * (1 + widen), observed=rng.integers(0, 3, 40))
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
 @pytest.mark.parametrize("errors", ["default", "raise"])
 def test_the_warm_start_is_silent_on_a_row_that_overflows(errors):
     """Review: evaluated in NumPy, the warm start's kernels warned ``overflow encountered in
