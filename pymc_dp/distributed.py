@@ -50,6 +50,7 @@ from pymc_dp.boundary import (
     nonfinite_message,
     worker_safe,
 )
+from pymc_dp.graph import support_refusal
 from pymc_dp.likelihood import COMPILE_LOCK, PerRowLikelihood
 
 __all__ = [
@@ -500,13 +501,7 @@ def _refuse_bad_rows(graph, names: Sequence[str], reports: Sequence) -> None:
             raise ValueError(nonfinite_message(name))
     for term in getattr(graph, "terms", graph.observed):
         if term.name in unsupported:
-            what = "Observed variable" if term.value is not None else "Per-row potential"
-            raise ValueError(
-                f"{what} '{term.name}' has values outside the support of its distribution "
-                "(its log-density is -inf or NaN at the model's initial point). Correct or drop "
-                "those rows before modelling: one such row would change how the sampler behaves, "
-                "which no privacy accountant sees."
-            )
+            raise ValueError(support_refusal(term))
 
 
 def _set_data(model: Model, values: Mapping[str, np.ndarray]) -> None:

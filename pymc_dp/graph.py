@@ -648,7 +648,9 @@ def _analyse(
     )
     if validate:
         _check_no_data_in_scan_bodies(model, rows, inputs)
-    checked = _row_local_checks([o.term for o in terms], {i.var for i in inputs})
+    checked = _row_local_checks(
+        [o.term for o in terms], {i.var for i in inputs if i.row_axis is not None}
+    )
     observed = tuple(replace(o, term=t) for o, t in zip(observed, checked, strict=False))
     potentials = tuple(
         replace(o, term=t) for o, t in zip(potentials, checked[len(observed) :], strict=True)
@@ -698,47 +700,66 @@ def _conjuncts(cond: Variable) -> list[Variable]:
     return [cond]
 
 
-def _row_local_checks(terms: list[Variable], data: set) -> list[Variable]:
-    """``terms`` with every parameter check that reads the data applied row by row.
+def _broadcasts(c: Variable, expr: Variable) -> bool:
+    """Whether ``c`` broadcasts against ``expr`` from the trailing axes without enlarging it
+    (static shapes; an unknown length is taken to match)."""
+    if c.ndim > expr.ndim:
+        return False
+    for a, b in zip(reversed(c.type.shape), reversed(expr.type.shape), strict=False):
+        if a is not None and a != 1 and b is not None and a != b:
+            return False
+    return True
+
+
+def _row_local_checks(terms: list[Variable], rows: set) -> list[Variable]:
+    """``terms`` with every parameter check that reads the rows applied row by row.
 
     PyMC checks a distribution's parameters over all rows at once, ``switch(all(conditions),
     logp, -inf)`` once compiled: one row whose parameter leaves its domain (a per-row sd of 0, a
     probability ``c_i sigmoid(a)`` above 1 at some ``a``) made every row's term -inf, so one
     person changed all n terms (the kernels' sensitivity assumes one), and the row-locality check
-    refused such models with PyTensor's withheld error. A condition that reads the data becomes
-    ``switch(condition, logp, -inf)``, broadcast against the term from the trailing axes as PyMC
-    broadcast the parameters with the value (axes beyond the term's, a multivariate parameter's
-    core axes, reduced), so it holds per row; a condition of public parameters stays one check.
+    refused such models with PyTensor's withheld error. A condition that reads an input with
+    rows (``rows``) becomes ``switch(condition, logp, -inf)``, broadcast against the term from
+    the trailing axes as PyMC broadcast the parameters with the value (axes beyond the term's, a
+    multivariate parameter's core axes, reduced), so it holds per row. A condition that is
+    provably true for finite inputs (``0 <= sigmoid(eta) <= 1``) is dropped: a NaN parameter
+    row (the log of a negative mean) then gives a NaN term, which the kernels bound, instead of
+    every row's -inf (review). The others (public parameters) stay one check. Checks nested in
+    checks (a mixture's weights around its components') are rewritten from the inside out.
     Whether the result is row-local is still decided by the row-locality check.
     """
-    replace_map = {}
+    done: dict = {}
     for node in io_toposort(graph_inputs(terms), terms):
         op = node.op
         if not (isinstance(op, CheckParameterValue) and op.can_be_replaced_by_ninf):
             continue
-        expr, *conds = node.inputs
-        per_row, whole = [], []
-        for c in (c for cond in conds for c in _conjuncts(cond)):
-            if provably_true(c):  # 0 <= sigmoid(eta) <= 1: no work per row (kernel_rewrites)
-                continue
-            if data & set(ancestors([c])):
-                # c <= expr's ndim broadcasts against it from the trailing axes (as PyMC
-                # broadcast the parameters with the value); more: a multivariate parameter's
-                # trailing core axes, reduced
-                per_row.append(
-                    pt.all(c, axis=tuple(range(expr.ndim, c.ndim))) if c.ndim > expr.ndim else c
-                )
+        # what this check wraps and tests, with the checks inside it already rewritten
+        expr, *conds = graph_replace(list(node.inputs), done, strict=False) if done else node.inputs
+        parts = [c for cond in conds for c in _conjuncts(cond)]
+        per_row, whole, dropped = [], [], False
+        for c in parts:
+            if provably_true(c):
+                dropped = True
+            elif rows & set(ancestors([c])):
+                if c.ndim > expr.ndim:  # a multivariate parameter's core axes
+                    c = pt.all(c, axis=tuple(range(expr.ndim, c.ndim)))
+                (per_row if _broadcasts(c, expr) else whole).append(c)
             else:
-                whole.append(pt.all(c))
-        if not per_row:
+                whole.append(c)
+        if not per_row and not dropped and expr is node.inputs[0]:
             continue
         if whole:
-            expr = CheckParameterValue(op.msg, True)(expr, pt.all(pt.stack(whole)))
-        ok = functools.reduce(pt.and_, per_row)
-        replace_map[node.outputs[0]] = pt.switch(ok, expr, -np.inf).astype(expr.dtype)
-    if not replace_map:
+            expr = CheckParameterValue(op.msg, True)(
+                expr, pt.all(pt.stack([pt.all(c) for c in whole]))
+            )
+        out = expr
+        if per_row:
+            ok = functools.reduce(pt.and_, per_row)
+            out = pt.switch(ok, expr, -np.inf).astype(expr.dtype)
+        done[node.outputs[0]] = out
+    if not done:
         return list(terms)
-    return list(graph_replace(list(terms), replace_map, strict=False))
+    return list(graph_replace(list(terms), done, strict=False))
 
 
 def _check_no_data_in_scan_bodies(model: Model, rows: Variable, inputs: list[DataInput]) -> None:
@@ -1067,14 +1088,19 @@ def _check_support(graph: ModelGraph) -> None:
         raise ValueError(_parameter_refusal(graph, point)) from None
     for o, v in zip(graph.terms, values, strict=True):
         if not np.all(np.isfinite(v)):
-            what = "Observed variable" if o.value is not None else "Per-row potential"
-            raise ValueError(
-                f"{what} '{o.name}' has values outside the support of its distribution, or "
-                "per-row parameters outside their domain (a scale of 0, a probability above 1): "
-                "its log-density is -inf or NaN at the model's initial point. Correct or drop "
-                "those rows before modelling: one such row would change how the sampler behaves, "
-                "which no privacy accountant sees."
-            )
+            raise ValueError(support_refusal(o))
+
+
+def support_refusal(term: ObservedRows) -> str:
+    """The refusal of a term with a row outside its support (one text, in memory or on Dask)."""
+    what = "Observed variable" if term.value is not None else "Per-row potential"
+    return (
+        f"{what} '{term.name}' has values outside the support of its distribution, or per-row "
+        "parameters outside their domain (a scale of 0, a probability above 1): its "
+        "log-density is -inf or NaN at the model's initial point. Correct or drop those rows "
+        "before modelling: one such row would change how the sampler behaves, which no privacy "
+        "accountant sees."
+    )
 
 
 def _parameter_refusal(graph: ModelGraph, point: dict) -> str:
@@ -1151,7 +1177,15 @@ def _check_row_local(graph: ModelGraph) -> None:
         with np.errstate(all="ignore"):
             pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
             if params is not None:
-                pairs += zip(params(*args, *values), params(*args, *moved), axes, strict=True)
+                try:
+                    forward = list(
+                        zip(params(*args, *values), params(*args, *moved), axes, strict=True)
+                    )
+                except Exception:  # noqa: BLE001 - review: a far-off row overflowed a random
+                    # draw in the parameters' graph (a zero-inflated Poisson's exp(eta)): a
+                    # refusal that depended on that row; its terms above are still compared
+                    forward = []
+                pairs += forward
         return any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs)
 
     for trial in range(8):
@@ -1199,13 +1233,16 @@ def _check_row_local(graph: ModelGraph) -> None:
         if values[k].dtype.kind not in "iu" or n < 2:
             continue
         j = int(rng.integers(n))
-        moved = [*values[:k], _beyond(values[k], inp.row_axis, j), *values[k + 1 :]]
-        try:
-            moved_others = changed(args, moved, np.arange(n) == j)
-        except Exception:  # noqa: BLE001 - evaluated on a row the model may not accept
-            continue
-        if moved_others:
-            _not_row_local(graph, inputs)
+        # column by column: a group id beyond its range fails, a count in the next column
+        # must still be tried (review)
+        for beyond in _beyond(values[k], inp.row_axis, j):
+            moved = [*values[:k], beyond, *values[k + 1 :]]
+            try:
+                moved_others = changed(args, moved, np.arange(n) == j)
+            except Exception:  # noqa: BLE001 - evaluated on a row the model may not accept
+                continue
+            if moved_others:
+                _not_row_local(graph, inputs)
 
 
 def _not_row_local(graph: ModelGraph, inputs) -> None:
@@ -1237,20 +1274,40 @@ def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.
     out = np.array(value, copy=True)
     src = np.take(value, [k], axis=axis)
     if far and value.dtype.kind == "f":
-        src = src + 1e3 * (1.0 + np.abs(src))
+        src = _far_off(src)
     idx = [slice(None)] * value.ndim
     idx[axis] = slice(j, j + 1)
     out[tuple(idx)] = src
     return out
 
 
-def _beyond(value: np.ndarray, axis: int, j: int) -> np.ndarray:
-    """``value`` (integers) with row ``j`` set above every value (below, at the dtype's top)."""
+def _beyond(value: np.ndarray, axis: int, j: int) -> list[np.ndarray]:
+    """``value`` (integers) with one entry of row ``j`` set above every value in its column (or
+    below, at the dtype's top), one array per entry of the row; none where neither fits."""
     info = np.iinfo(value.dtype)
-    hi, lo = int(value.max()), int(value.min())
-    out = np.moveaxis(np.array(value, copy=True), axis, 0)
-    out[j] = hi + 1 if hi < info.max else lo - 1
-    return np.moveaxis(out, 0, axis)
+    v = np.moveaxis(value, axis, 0)
+    flat = v.reshape(v.shape[0], -1)
+    out = []
+    for col in range(flat.shape[1]):
+        hi, lo = int(flat[:, col].max()), int(flat[:, col].min())
+        if hi < info.max:
+            new = hi + 1
+        elif lo > info.min:
+            new = lo - 1
+        else:
+            continue
+        moved = flat.copy()
+        moved[j, col] = new
+        out.append(np.moveaxis(moved.reshape(v.shape), 0, axis))
+    return out
+
+
+def _far_off(x: np.ndarray) -> np.ndarray:
+    """``x`` moved far off, and finite where ``x`` is: a row of 3e305 moved to inf made the
+    check warn and fail, a refusal that depended on that row (review)."""
+    with np.errstate(all="ignore"):
+        far = x + 1e3 * (1.0 + np.abs(x))
+    return np.where(np.isfinite(far) | ~np.isfinite(x), far, -x).astype(x.dtype)
 
 
 def _change_rows(value: np.ndarray, axis: int, rows: np.ndarray, rng) -> np.ndarray:
@@ -1259,7 +1316,7 @@ def _change_rows(value: np.ndarray, axis: int, rows: np.ndarray, rng) -> np.ndar
     v = np.moveaxis(np.array(value, copy=True), axis, 0)
     idx = np.flatnonzero(rows)
     if value.dtype.kind == "f":
-        v[idx] = v[idx] + 1e3 * (1.0 + np.abs(v[idx]))
+        v[idx] = _far_off(v[idx])
     else:
         v[idx] = v[rng.permutation(idx)]
     return np.moveaxis(v, 0, axis)
@@ -1293,6 +1350,19 @@ def _forward_parameters(graph: ModelGraph, swap: dict, syms: list):
         return None, []
     try:
         outs = [clone_replace(p, swap) for p in model.replace_rvs_by_values(params)]
+        # a parameter that draws (a mixture's component, a zero-inflated Poisson's) changes
+        # between two evaluations whatever the rows: not comparable (found in review)
+        keep = [
+            k
+            for k, out in enumerate(outs)
+            if not any(
+                v.owner is not None and isinstance(v.owner.op, RandomVariable)
+                for v in ancestors([out])
+            )
+        ]
+        outs, axes = [outs[k] for k in keep], [axes[k] for k in keep]
+        if not outs:
+            return None, []
         fn = pytensor.function(
             [*model.value_vars, *syms], outs, mode=_CHECK_MODE, on_unused_input="ignore"
         )

@@ -114,8 +114,8 @@ def _calibrate(
             scale *= 1 + 1e-11
         raise AssertionError("noise calibration did not converge")  # pragma: no cover
 
-    def spends(s: float) -> bool:
-        return run_epsilon(mechanisms, s, iterations, chains, delta, shared) > epsilon
+    def spends(s: float) -> bool:  # a NaN epsilon spends (review)
+        return not run_epsilon(mechanisms, s, iterations, chains, delta, shared) <= epsilon
 
     # the same releases without subsampling spend about the budget: bracket from there
     mu = gaussian_mu_for_budget(epsilon, delta)
@@ -138,11 +138,13 @@ def _calibrate(
     # bisection took 13; each one of a subsampled release is dp-accounting's RDP at every order,
     # 0.2 s), then towards more noise until the run fits the budget
     log_eps = np.log(epsilon)
+
+    def gap(x: float) -> float:  # a NaN epsilon counts as over (review)
+        spent = run_epsilon(mechanisms, float(np.exp(x)), iterations, chains, delta, shared)
+        return float(np.log(spent) - log_eps) if spent == spent else 1e3
+
     found = brentq(
-        lambda x: (
-            np.log(run_epsilon(mechanisms, float(np.exp(x)), iterations, chains, delta, shared))
-            - log_eps
-        ),
+        gap,
         np.log(lo),
         np.log(hi),
         xtol=0.25 * _CALIBRATION_RTOL,
@@ -319,7 +321,7 @@ def make_plan(
         data_location=data_location,
     )
     ledger = run_ledger(mechanisms, scale, iterations, chains, delta, shared, **meta)
-    if epsilon is not None and ledger.epsilon > epsilon * (1 + 1e-12):
+    if epsilon is not None and not ledger.epsilon <= epsilon * (1 + 1e-12):  # NaN: over
         most = max_iterations(
             mechanisms, scale=scale, epsilon=epsilon, delta=delta, chains=chains, shared=shared
         )

@@ -283,6 +283,119 @@ def test_a_condition_on_every_persons_count_is_not_row_local():
             _penalty()
 
 
+def _identity_link(kind: str, x: np.ndarray) -> pm.Model:
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        s = pt.as_tensor(x) - b  # a per-row sd (rate) that leaves its domain where b > x_i
+        if kind == "mixture":
+            comps = [pm.Normal.dist(-1, s), pm.Normal.dist(1, s)]
+            pm.Mixture("y", w=[0.5, 0.5], comp_dists=comps, observed=rng.normal(size=x.size))
+        else:  # p = sigmoid(log alpha - log mu): NaN where mu < 0, "provably" in [0, 1]
+            pm.NegativeBinomial("y", mu=s, alpha=2.0, observed=rng.poisson(2.0, x.size))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["mixture", "negative_binomial"])
+def test_nested_and_nan_parameter_checks_hold_row_by_row(kind):
+    """Second review: a mixture's weight check wrapped its components' checks, which stayed
+    global; a check dropped as provably true (0 <= sigmoid <= 1) left the rest global, and the
+    sigmoid of a NaN fails it. Either way one person (x_5 = 1.3, below b = 1.5) turned all 60
+    terms -inf. Now only her row is -inf (or NaN, which the kernels bound) and the clipped sums
+    move by at most 2 b."""
+    x = np.random.default_rng(1).uniform(2.0, 3.0, 60)
+    x2 = x.copy()
+    x2[5] = 1.3
+    bound, q, q0 = 0.05, np.array([1.5]), np.array([0.0])
+    sums = []
+    for data in (x, x2):
+        lik = pdp.PerRowLikelihood(_identity_link(kind, data))
+        rows = lik.logp_rows(q)
+        assert np.isfinite(np.delete(rows, 5)).all()
+        sums.append(
+            (
+                lik.ratio_kernel()(q, q0, np.asarray(bound))[0],
+                lik.grad_kernel()(q, np.asarray(bound))[0],
+            )
+        )
+    (r0, g0), (r1, g1) = sums
+    assert abs(r0 - r1) <= 2 * bound * (1 + 1e-9)
+    assert np.linalg.norm(g0 - g1) <= 2 * bound * (1 + 1e-9)
+
+
+def test_a_condition_on_one_column_of_an_integer_input_is_not_row_local():
+    """Second review: with a group id and a count in one integer input, the count's trial moved
+    the whole row beyond every other, the group id fell outside its range and the trial was
+    skipped. Each column is now moved on its own."""
+    rng = np.random.default_rng(0)
+    z = np.column_stack([rng.integers(0, 4, 40), rng.integers(1, 3, 40)])
+    with pm.Model():
+        a = pm.Normal("a", 0, 1, shape=4)
+        zt = pt.as_tensor(z)
+        p = pm.math.sigmoid(a[zt[:, 0]]) * pt.switch(pt.all(zt[:, 1] <= 2), 1.0, 0.5)
+        pm.Binomial("k", n=3, p=p, observed=rng.integers(0, 3, 40))
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
+def _softmax_mixture():
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, shape=2)
+        w = pm.math.softmax(np.log(np.array([0.3, 0.7])) + a)
+        comps = [pm.Normal.dist(-1, 1), pm.Normal.dist(1, 1)]
+        pm.Mixture("y", w=w, comp_dists=comps, observed=np.random.default_rng(0).normal(size=60))
+    return model
+
+
+def _uint8_groups():
+    g = np.random.default_rng(1).integers(0, 256, 80).astype(np.uint8)
+    g[0], g[1] = 255, 0  # no integer fits above or below: that column's trial is skipped
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, shape=256)
+        pm.Normal("y", a[pm.Data("g", g)], 1.0, observed=np.zeros(80))
+    return model
+
+
+def _zero_inflated_poisson():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, 80)
+    with pm.Model() as model:
+        a, b = pm.Normal("a", 0, 1), pm.Normal("b", 0, 1)
+        mu = pm.math.exp(a + b * x)
+        pm.ZeroInflatedPoisson("y", psi=0.8, mu=mu, observed=rng.poisson(np.exp(0.5 + 0.3 * x)))
+    return model
+
+
+def _huge_covariate():
+    rng = np.random.default_rng(5)
+    x = np.column_stack([np.ones(200), rng.uniform(-1, 1, (200, 2))])
+    x[7, 1:] = 3e305  # finite; moved "far off" by the row-locality check it overflowed
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2.5, shape=3)
+        pm.Bernoulli("k", logit_p=pm.math.dot(x, b), observed=rng.integers(0, 2, 200))
+    return model
+
+
+@pytest.mark.parametrize(
+    "build", [_softmax_mixture, _uint8_groups, _zero_inflated_poisson, _huge_covariate]
+)
+def test_row_local_models_the_checks_refused_are_accepted_silently(build):
+    """Second review: a mixture with softmax weights (its (2,) weight check was taken for a
+    per-row one), a uint8 group index holding 0 and 255 (the integer trial overflowed), a
+    zero-inflated Poisson regression (its parameters' graph draws, and a far-off row overflowed
+    the draw) and a finite covariate of 3e305 (moved to inf, with a warning) were refused with
+    withheld errors, refusals that depended on the data. Accepted now, without a warning, with
+    the model's own log density."""
+    model = build()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lik = pdp.PerRowLikelihood(model)
+    assert [str(w.message) for w in caught] == []
+    q = lik.ravel(model.initial_point())
+    total = lik.logp_rows(q).sum() + lik.prior_logp_and_grad(q)[0]
+    assert total == pytest.approx(model.compile_logp()(model.initial_point()), rel=1e-9)
+
+
 @pytest.mark.parametrize("errors", ["default", "raise"])
 def test_the_warm_start_is_silent_on_a_row_that_overflows(errors):
     """Review: evaluated in NumPy, the warm start's kernels warned ``overflow encountered in
