@@ -59,7 +59,7 @@ from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
 from pytensor.scalar.basic import AND
 from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor
 from pytensor.tensor.elemwise import CAReduce
-from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.random.op import RandomVariable, RNGConsumerOp
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
@@ -696,7 +696,7 @@ def _conjuncts(cond: Variable) -> list[Variable]:
         if node.op.axis is None or tuple(node.op.axis) == tuple(range(inner.ndim)):
             if inner.owner is not None and isinstance(inner.owner.op, MakeVector):
                 return [c for part in inner.owner.inputs for c in _conjuncts(part)]
-            return [inner]
+            return _conjuncts(inner) if inner.ndim == 0 else [inner]  # all(all(s > 0))
     return [cond]
 
 
@@ -743,7 +743,16 @@ def _row_local_checks(terms: list[Variable], rows: set) -> list[Variable]:
             elif rows & set(ancestors([c])):
                 if c.ndim > expr.ndim:  # a multivariate parameter's core axes
                     c = pt.all(c, axis=tuple(range(expr.ndim, c.ndim)))
-                (per_row if _broadcasts(c, expr) else whole).append(c)
+                if c.ndim == 0 or not _broadcasts(c, expr):
+                    # one condition for every row at once (check_parameters(lp, min(s) > 0)):
+                    # one person's row would turn every row's term -inf (review)
+                    raise ValueError(
+                        f"A parameter check in the log-likelihood ({op.msg or 'a check'!r}) "
+                        "reads the rows but holds for all of them at once: one person's row "
+                        "would change every row's term. Write the condition per row (`s > 0`, "
+                        "not `pt.all(s > 0)` or `pt.min(s) > 0`)."
+                    )
+                per_row.append(c)
             else:
                 whole.append(c)
         if not per_row and not dropped and expr is node.inputs[0]:
@@ -1200,14 +1209,14 @@ def _check_row_local(graph: ModelGraph) -> None:
             j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
             touched = np.arange(n) == j
             moved = [
-                _replace_row(v, i.row_axis, j, k, far=trial >= 4)
+                _replace_row(v, i.row_axis, j, k, far=trial >= 4, up=trial == 4)
                 for i, v in zip(inputs, values, strict=True)
             ]
         else:  # a random half of the people changed at once, then the other half: a row that
             # reads any particular other person (the max, person 17) sees one of them move
             touched = half if trial == 6 else ~half
             moved = [
-                _change_rows(v, i.row_axis, touched, rng)
+                _change_rows(v, i.row_axis, touched, rng, up=trial == 6)
                 for i, v in zip(inputs, values, strict=True)
             ]
         if changed(args, moved, touched):
@@ -1234,7 +1243,7 @@ def _check_row_local(graph: ModelGraph) -> None:
             continue
         j = int(rng.integers(n))
         # column by column: a group id beyond its range fails, a count in the next column
-        # must still be tried (review)
+        # must still be tried; above and below (all(c >= 1) flips below: review)
         for beyond in _beyond(values[k], inp.row_axis, j):
             moved = [*values[:k], beyond, *values[k + 1 :]]
             try:
@@ -1268,13 +1277,15 @@ def _all_like(value: np.ndarray, axis: int, largest: bool) -> tuple[int, np.ndar
     return j, np.moveaxis(like, 0, axis)
 
 
-def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.ndarray:
+def _replace_row(
+    value: np.ndarray, axis: int, j: int, k: int, far: bool, up: bool = True
+) -> np.ndarray:
     """``value`` with row ``j`` replaced by row ``k`` (``far``: float rows also moved far off,
-    so that an aggregate over rows moves by more than rounding)."""
+    up or down, so that an aggregate over rows moves by more than rounding)."""
     out = np.array(value, copy=True)
     src = np.take(value, [k], axis=axis)
     if far and value.dtype.kind == "f":
-        src = _far_off(src)
+        src = _far_off(src, up)
     idx = [slice(None)] * value.ndim
     idx[axis] = slice(j, j + 1)
     out[tuple(idx)] = src
@@ -1282,41 +1293,40 @@ def _replace_row(value: np.ndarray, axis: int, j: int, k: int, far: bool) -> np.
 
 
 def _beyond(value: np.ndarray, axis: int, j: int) -> list[np.ndarray]:
-    """``value`` (integers) with one entry of row ``j`` set above every value in its column (or
-    below, at the dtype's top), one array per entry of the row; none where neither fits."""
+    """``value`` (integers) with one entry of row ``j`` set above every value in its column, and
+    one with it set below every value, one array per entry of the row and direction where the
+    dtype has room."""
     info = np.iinfo(value.dtype)
     v = np.moveaxis(value, axis, 0)
     flat = v.reshape(v.shape[0], -1)
     out = []
     for col in range(flat.shape[1]):
         hi, lo = int(flat[:, col].max()), int(flat[:, col].min())
-        if hi < info.max:
-            new = hi + 1
-        elif lo > info.min:
-            new = lo - 1
-        else:
-            continue
-        moved = flat.copy()
-        moved[j, col] = new
-        out.append(np.moveaxis(moved.reshape(v.shape), 0, axis))
+        for new in (hi + 1, lo - 1):
+            if info.min <= new <= info.max:
+                moved = flat.copy()
+                moved[j, col] = new
+                out.append(np.moveaxis(moved.reshape(v.shape), 0, axis))
     return out
 
 
-def _far_off(x: np.ndarray) -> np.ndarray:
-    """``x`` moved far off, and finite where ``x`` is: a row of 3e305 moved to inf made the
-    check warn and fail, a refusal that depended on that row (review)."""
+def _far_off(x: np.ndarray, up: bool = True) -> np.ndarray:
+    """``x`` moved far off (up or down), and finite where ``x`` is: a row of 3e305 moved to inf
+    made the check warn and fail, a refusal that depended on that row (review)."""
     with np.errstate(all="ignore"):
-        far = x + 1e3 * (1.0 + np.abs(x))
+        far = x + (1.0 if up else -1.0) * 1e3 * (1.0 + np.abs(x))
     return np.where(np.isfinite(far) | ~np.isfinite(x), far, -x).astype(x.dtype)
 
 
-def _change_rows(value: np.ndarray, axis: int, rows: np.ndarray, rng) -> np.ndarray:
-    """``value`` with the rows ``rows`` changed: float rows moved far off, others shuffled among
-    themselves (codes and counts stay in their support)."""
+def _change_rows(
+    value: np.ndarray, axis: int, rows: np.ndarray, rng, up: bool = True
+) -> np.ndarray:
+    """``value`` with the rows ``rows`` changed: float rows moved far off (up or down), others
+    shuffled among themselves (codes and counts stay in their support)."""
     v = np.moveaxis(np.array(value, copy=True), axis, 0)
     idx = np.flatnonzero(rows)
     if value.dtype.kind == "f":
-        v[idx] = _far_off(v[idx])
+        v[idx] = _far_off(v[idx], up)
     else:
         v[idx] = v[rng.permutation(idx)]
     return np.moveaxis(v, 0, axis)
@@ -1334,35 +1344,32 @@ def _other_rows_changed(a, b, axis: int | None, touched: np.ndarray, n: int) -> 
 def _forward_parameters(graph: ModelGraph, swap: dict, syms: list):
     """A function of (value variables, per-row inputs) giving the observed variables' parameters
     from the model's own graph, and each parameter's row axis (None: it has none and must not
-    move at all). None if that graph cannot be evaluated alone (e.g. it draws randomness)."""
+    move at all). The parameters of a distribution made of others (a mixture's or a
+    zero-inflated model's components) are its components' parameters: a component is a draw,
+    which changes between two evaluations whatever the rows (review). None if that graph cannot
+    be evaluated alone."""
     model = graph.model
     params, axes = [], []
-    for o in graph.observed:
-        rv = model[o.name]
-        ndim = rv.type.ndim
-        for p in rv.owner.inputs:
+
+    def collect(node, ndim: int, row_axis: int) -> None:
+        for p in node.inputs:
             if not isinstance(p.type, TensorType) or p.type.ndim > ndim:
                 continue
-            axis = o.row_axis - (ndim - p.type.ndim)
+            if p.owner is not None and isinstance(p.owner.op, RNGConsumerOp) and p not in rvs:
+                collect(p.owner, p.type.ndim, row_axis - (ndim - p.type.ndim))
+                continue
+            axis = row_axis - (ndim - p.type.ndim)
             params.append(p)
             axes.append(axis if axis >= 0 else None)
+
+    rvs = set(model.basic_RVs)
+    for o in graph.observed:
+        rv = model[o.name]
+        collect(rv.owner, rv.type.ndim, o.row_axis)
     if not params:
         return None, []
     try:
         outs = [clone_replace(p, swap) for p in model.replace_rvs_by_values(params)]
-        # a parameter that draws (a mixture's component, a zero-inflated Poisson's) changes
-        # between two evaluations whatever the rows: not comparable (found in review)
-        keep = [
-            k
-            for k, out in enumerate(outs)
-            if not any(
-                v.owner is not None and isinstance(v.owner.op, RandomVariable)
-                for v in ancestors([out])
-            )
-        ]
-        outs, axes = [outs[k] for k in keep], [axes[k] for k in keep]
-        if not outs:
-            return None, []
         fn = pytensor.function(
             [*model.value_vars, *syms], outs, mode=_CHECK_MODE, on_unused_input="ignore"
         )

@@ -396,6 +396,82 @@ def test_row_local_models_the_checks_refused_are_accepted_silently(build):
     assert total == pytest.approx(model.compile_logp()(model.initial_point()), rel=1e-9)
 
 
+def _zero_inflated(kind: str, centred: bool) -> pm.Model:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, 80)
+    xt = pt.as_tensor(x) - pt.as_tensor(x).mean() if centred else pt.as_tensor(x)
+    with pm.Model() as model:
+        a, b = pm.Normal("a", 0, 1), pm.Normal("b", 0, 1)
+        mu = pm.math.exp(a + b * xt)
+        y = rng.poisson(2.0, 80)
+        if kind == "zip":
+            pm.ZeroInflatedPoisson("y", psi=0.8, mu=mu, observed=y)
+        else:
+            pm.HurdlePoisson("y", psi=0.7, mu=mu, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["zip", "hurdle"])
+def test_a_composite_likelihoods_parameters_are_compared_through_its_components(kind):
+    """Third review: the parameters of a zero-inflated or hurdle model are draws of its
+    components, which differ between evaluations whatever the rows; dropping them from the
+    row-locality check let ``x - x.mean()`` (which PyMC folds into a constant that looks
+    row-local) through. Their components' parameters are compared instead: the centred model is
+    refused, the row-local one accepted (the hurdle model had been refused)."""
+    with pytest.raises(ValueError, match="depends on other rows"):
+        pdp.PerRowLikelihood(_zero_inflated(kind, centred=True))
+    pdp.PerRowLikelihood(_zero_inflated(kind, centred=False))
+
+
+def _custom_check(kind: str, x: np.ndarray) -> pm.Model:
+    from pymc.distributions.dist_math import check_parameters
+
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        s = pt.as_tensor(x) - b
+
+        def logp(v, s):
+            lp = pm.logp(pm.Normal.dist(0, pt.abs(s)), v)
+            cond = pt.all(s > 0) if kind == "all" else pt.min(s) > 0
+            return check_parameters(lp, cond, msg="s > 0")
+
+        pm.CustomDist("y", s, logp=logp, observed=np.random.default_rng(1).normal(size=x.size))
+    return model
+
+
+def test_a_users_check_over_all_rows_holds_per_row_or_is_refused():
+    """Third review: a CustomDist's own ``check_parameters(lp, pt.all(s > 0))`` reached the
+    kernels as one condition for every row (one person with s_5 < 0 turned all 60 terms -inf,
+    accepted). ``all`` of a per-row condition now holds per row; ``min(s) > 0``, which has lost
+    the rows, is refused by name."""
+    x = np.random.default_rng(1).uniform(2.0, 3.0, 60)
+    x2 = x.copy()
+    x2[5] = 1.3
+    bound, q, q0 = 0.05, np.array([1.5]), np.array([0.0])
+    sums = []
+    for data in (x, x2):
+        lik = pdp.PerRowLikelihood(_custom_check("all", data))
+        assert np.isfinite(np.delete(lik.logp_rows(q), 5)).all()
+        sums.append(lik.ratio_kernel()(q, q0, np.asarray(bound))[0])
+    assert abs(sums[0] - sums[1]) <= 2 * bound * (1 + 1e-9)
+    with pytest.raises(ValueError, match="holds for all of them at once"):
+        pdp.PerRowLikelihood(_custom_check("min", x))
+
+
+def test_a_condition_that_flips_below_is_not_row_local():
+    """Third review: integer and float rows were only moved upwards, so ``all(c >= 1)`` on
+    counts of 1 and 2 was accepted, and refused for the neighbour with a count of 0: acceptance
+    revealed that row. Rows are now moved downwards too."""
+    rng = np.random.default_rng(0)
+    c = rng.integers(1, 3, 40)
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        p = pm.math.sigmoid(a) * pt.switch(pt.all(pt.as_tensor(c) >= 1), 1.0, 0.5)
+        pm.Binomial("k", n=3, p=p, observed=rng.integers(0, 3, 40))
+        with pytest.raises(ValueError, match="depends on other rows"):
+            _penalty()
+
+
 @pytest.mark.parametrize("errors", ["default", "raise"])
 def test_the_warm_start_is_silent_on_a_row_that_overflows(errors):
     """Review: evaluated in NumPy, the warm start's kernels warned ``overflow encountered in
