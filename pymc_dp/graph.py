@@ -1351,14 +1351,31 @@ def _forward_parameters(graph: ModelGraph, swap: dict, syms: list):
     model = graph.model
     params, axes = [], []
 
+    def aligned(node, ndim: int):
+        """Each parameter with the number of its trailing core axes: from the distribution's
+        signature where it has one (a Categorical's p (n, K), a mixture's weights (n, K), a
+        Multinomial's n (n,) beside p (n, K): review), else none (a parameter with more axes
+        than the variable is then skipped)."""
+        op = node.op
+        try:
+            dist = list(op.dist_params(node))
+            core, supp = list(op.ndims_params), int(op.ndim_supp)
+        except Exception:  # noqa: BLE001 - no signature: align from the right
+            dist, core, supp = None, None, 0
+        if dist is None or len(core) != len(dist):
+            return [(p, 0) for p in node.inputs if isinstance(p.type, TensorType)], ndim
+        return list(zip(dist, core, strict=True)), ndim - supp
+
     def collect(node, ndim: int, row_axis: int) -> None:
-        for p in node.inputs:
-            if not isinstance(p.type, TensorType) or p.type.ndim > ndim:
+        pairs, batch = aligned(node, ndim)
+        for p, core in pairs:
+            if not isinstance(p.type, TensorType) or p.type.ndim - core > batch:
                 continue
+            axis = row_axis - (batch - (p.type.ndim - core))  # batch axes align from the right
             if p.owner is not None and isinstance(p.owner.op, RNGConsumerOp) and p not in rvs:
-                collect(p.owner, p.type.ndim, row_axis - (ndim - p.type.ndim))
+                # a component draw: its parameters (with no row axis, none may move at all)
+                collect(p.owner, p.type.ndim, axis)
                 continue
-            axis = row_axis - (ndim - p.type.ndim)
             params.append(p)
             axes.append(axis if axis >= 0 else None)
 

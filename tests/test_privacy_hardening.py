@@ -423,6 +423,46 @@ def test_a_composite_likelihoods_parameters_are_compared_through_its_components(
     pdp.PerRowLikelihood(_zero_inflated(kind, centred=False))
 
 
+def _wide_parameter(kind: str, centred: bool) -> pm.Model:
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, 60)
+    xt = pt.as_tensor(x) - pt.as_tensor(x).mean() if centred else pt.as_tensor(x)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        if kind == "categorical":
+            p = pm.math.softmax(pt.stack([b * xt, -b * xt, 0 * xt], axis=-1), axis=-1)
+            pm.Categorical("c", p=p, observed=rng.integers(0, 3, 60))
+        elif kind == "ordered_logistic":
+            cut = np.array([-1.0, 0.0, 1.0])
+            pm.OrderedLogistic("c", eta=b * xt, cutpoints=cut, observed=rng.integers(0, 4, 60))
+        else:  # a zero-inflated Poisson whose per-row psi makes its weights (n, 2)
+            psi = pm.math.sigmoid(b + 3 * xt)
+            pm.ZeroInflatedPoisson("c", psi=psi, mu=2.0, observed=rng.poisson(2.0, 60))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["categorical", "ordered_logistic", "zero_inflated"])
+def test_parameters_with_core_axes_are_compared_along_their_rows(kind):
+    """Fourth review: parameters with more axes than the observed variable (a Categorical's p
+    (n, K), a zero-inflated model's weights (n, 2)) were skipped by the row-locality check, the
+    only place that sees ``x - x.mean()`` (PyMC folds it into a constant that looks row-local):
+    such models were accepted. Parameters are now aligned by the distribution's signature."""
+    with pytest.raises(ValueError, match="depends on other rows"):
+        pdp.PerRowLikelihood(_wide_parameter(kind, centred=True))
+    pdp.PerRowLikelihood(_wide_parameter(kind, centred=False))
+
+
+def test_a_multinomial_with_per_row_trials_is_row_local():
+    """Fourth review: the row axis of a per-row ``n`` beside ``p`` (n, K) was counted from the
+    right, so the trials were taken for a parameter without rows: refused as not row-local."""
+    rng = np.random.default_rng(3)
+    trials = rng.integers(2, 6, 50)
+    with pm.Model() as model:
+        p = pm.Dirichlet("p", np.ones(3))
+        pm.Multinomial("k", n=trials, p=p, observed=rng.multinomial(trials, [0.2, 0.3, 0.5]))
+    pdp.PerRowLikelihood(model)
+
+
 def _custom_check(kind: str, x: np.ndarray) -> pm.Model:
     from pymc.distributions.dist_math import check_parameters
 
