@@ -46,6 +46,8 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
+from pymc.distributions.distribution import SymbolicRandomVariable
+from pymc.logprob.basic import transformed_conditional_logp
 from pymc.logprob.utils import CheckParameterValue, ParameterValueError
 from pymc.model import Model, modelcontext
 from pytensor.compile.builders import OpFromGraph
@@ -388,7 +390,7 @@ class ModelGraph:
 def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...]:
     if not model.observed_RVs:
         return ()
-    terms = model.logp(vars=model.observed_RVs, sum=False)
+    terms = _unfolded_logp(model, model.observed_RVs)
     out = []
     for rv, term in zip(model.observed_RVs, terms, strict=True):
         value = model.rvs_to_values[rv]
@@ -426,6 +428,50 @@ def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...
             "the dim that indexes people."
         )
     return tuple(out)
+
+
+def _unfolded_logp(model: Model, rvs: Sequence[Variable]) -> list[Variable]:
+    """``model.logp(vars=rvs, sum=False)``, derived with every embedded array read as a symbol.
+
+    PyMC's logp rewrites fold what reads constants alone: ``x - x.mean()`` of an embedded NumPy
+    array becomes one new array that looks row-local, and the row-locality check could not see
+    the mean any more. For built-in distributions the model's own graph of the parameters still
+    shows it; inside a CustomDist's ``dist=`` function (an argument or an array it closes over)
+    nothing did (review). Derived on symbols, the logp graph keeps every aggregate; the arrays
+    are put back afterwards (what reads the rows alone is folded when the kernels are compiled,
+    after the analysis: :meth:`pymc_dp.likelihood.PerRowLikelihood._fold_rows`)."""
+    basic = list(model.basic_RVs)
+    # a ``dist=`` function's own arrays live in its op's inner graph: inlined, as PyMC's logp
+    # would (``inline_logprob``), so that they are arrays of the outer graph
+    derived = {}
+    for rv in rvs:
+        node = rv.owner
+        if isinstance(node.op, SymbolicRandomVariable) and node.op.inline_logprob:
+            inner = [c for c in graph_inputs(node.op.inner_outputs) if _swappable(c)]
+            if inner:
+                derived[rv] = inline_ofg_node(node)[node.outputs.index(rv)]
+    outs = [derived.get(rv, rv) for rv in basic] + [model.rvs_to_values[rv] for rv in basic]
+    arrays = {c: c.type() for c in graph_inputs(outs) if _swappable(c)}
+    if not arrays and not derived:
+        return model.logp(vars=list(rvs), sum=False)
+    new = graph_replace(outs, arrays, strict=False) if arrays else outs
+    new_rvs, new_values = new[: len(basic)], new[len(basic) :]
+    terms = transformed_conditional_logp(
+        rvs=[new_rvs[basic.index(rv)] for rv in rvs],
+        rvs_to_values=dict(zip(new_rvs, new_values, strict=True)),
+        rvs_to_transforms={
+            r: model.rvs_to_transforms.get(rv) for r, rv in zip(new_rvs, basic, strict=True)
+        },
+        jacobian=True,
+    )
+    back = {symbol: c for c, symbol in arrays.items()}
+    return graph_replace(terms, back, strict=False) if back else list(terms)
+
+
+def _swappable(var: Variable) -> bool:
+    """An embedded array of more than one value (scalars are structure, and bounds such as a
+    Censored's -inf are recognised by PyMC as constants)."""
+    return isinstance(var, Constant) and isinstance(var.type, TensorType) and np.size(var.data) > 1
 
 
 def _check_model(model: Model) -> None:

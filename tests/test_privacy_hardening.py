@@ -469,6 +469,52 @@ def test_a_multinomial_with_per_row_trials_is_row_local():
     pdp.PerRowLikelihood(model)
 
 
+def _custom_dist(where: str, centred: bool) -> pm.Model:
+    """A CustomDist whose ``dist=`` function reads a NumPy covariate, as an argument or as an
+    array it closes over, centred by its mean inside the function or not."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, 60)
+
+    def mean_of(a, z):
+        return a * ((z - z.mean()) if centred else z)
+
+    with pm.Model() as model:
+        a_ = pm.Normal("a", 0, 1)
+        y = rng.normal(size=60)
+        if where == "argument":
+            pm.CustomDist(
+                "y",
+                x,
+                a_,
+                dist=lambda z, a, size: pm.Normal.dist(mean_of(a, z), 1.0, size=size),
+                observed=y,
+            )
+        else:
+            pm.CustomDist(
+                "y",
+                a_,
+                dist=lambda a, size: pm.Normal.dist(mean_of(a, pt.as_tensor(x)), 1.0, size=size),
+                observed=y,
+            )
+    return model
+
+
+@pytest.mark.parametrize("where", ["argument", "closure"])
+def test_an_aggregate_inside_a_custom_dists_dist_function_is_not_row_local(where):
+    """Fourth review: ``z - z.mean()`` inside a CustomDist's ``dist=`` function was accepted.
+    PyMC's logp rewrites folded it into one new array that looks row-local, and the function's
+    inner graph is not the model's graph of the parameters, which the check also compares. The
+    logp is now derived with embedded arrays read as symbols, so nothing of the rows is folded.
+    The row-local model is accepted, with the model's own log density."""
+    with pytest.raises(ValueError, match="depends on other rows"):
+        pdp.PerRowLikelihood(_custom_dist(where, centred=True))
+    model = _custom_dist(where, centred=False)
+    lik = pdp.PerRowLikelihood(model)
+    q = lik.ravel(model.initial_point())
+    total = lik.logp_rows(q).sum() + lik.prior_logp_and_grad(q)[0]
+    assert total == pytest.approx(model.compile_logp()(model.initial_point()), rel=1e-9)
+
+
 def _custom_check(kind: str, x: np.ndarray) -> pm.Model:
     from pymc.distributions.dist_math import check_parameters
 
