@@ -23,7 +23,12 @@ else, which parts of a model hold private data. The rule:
   only, or replacing one person would move every term and the per-row clipping would not bound
   the sensitivity. This is checked by evaluating the per-row log-likelihood of a subset of rows
   two ways, on the full inputs and on the inputs indexed to the subset; a likelihood that
-  standardises ``X`` by ``X.mean()`` inside the model, or that reads ``y[i - 1]``, fails.
+  standardises ``X`` by ``X.mean()`` inside the model, or that reads ``y[i - 1]``, fails. The
+  check runs on a logp derived with embedded arrays read as symbols (nothing of the rows folded
+  by PyMC's rewrites), and is also structural: a step that reduces over the rows, or sorts or
+  accumulates along them (a flag ``max(X) > 1e5`` no trial reaches), is refused. An array
+  inside an inner graph that PyMC derives whole (a CustomDist under ``pm.Truncated``) is
+  refused by name.
 * **Refused**: free variables whose prior reads private data, potentials that read it without one
   entry per row, initial values computed from it (``initval=y.mean()``: a chain starts there, and
   a rejected first move releases it exactly), missing values that PyMC would impute,
@@ -58,11 +63,14 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar.basic import AND
 from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor
 from pytensor.tensor.elemwise import CAReduce
+from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.random.op import RandomVariable, RNGConsumerOp
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
+from pytensor.tensor.sort import ArgSortOp, SortOp
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
 from pymc_dp.kernel_rewrites import provably_true
@@ -431,7 +439,8 @@ def _observed_rows(model: Model, row_dim: str | None) -> tuple[ObservedRows, ...
 
 
 def _unfolded_logp(model: Model, rvs: Sequence[Variable]) -> list[Variable]:
-    """``model.logp(vars=rvs, sum=False)``, derived with every embedded array read as a symbol.
+    """``model.logp(vars=rvs, sum=False)`` (``rvs`` observed), derived with every embedded array
+    read as a symbol.
 
     PyMC's logp rewrites fold what reads constants alone: ``x - x.mean()`` of an embedded NumPy
     array becomes one new array that looks row-local, and the row-locality check could not see
@@ -440,32 +449,78 @@ def _unfolded_logp(model: Model, rvs: Sequence[Variable]) -> list[Variable]:
     nothing did (review). Derived on symbols, the logp graph keeps every aggregate; the arrays
     are put back afterwards (what reads the rows alone is folded when the kernels are compiled,
     after the analysis: :meth:`pymc_dp.likelihood.PerRowLikelihood._fold_rows`)."""
-    basic = list(model.basic_RVs)
-    # a ``dist=`` function's own arrays live in its op's inner graph: inlined, as PyMC's logp
-    # would (``inline_logprob``), so that they are arrays of the outer graph
-    derived = {}
-    for rv in rvs:
-        node = rv.owner
-        if isinstance(node.op, SymbolicRandomVariable) and node.op.inline_logprob:
-            inner = [c for c in graph_inputs(node.op.inner_outputs) if _swappable(c)]
-            if inner:
-                derived[rv] = inline_ofg_node(node)[node.outputs.index(rv)]
-    outs = [derived.get(rv, rv) for rv in basic] + [model.rvs_to_values[rv] for rv in basic]
+    rvs = list(rvs)
+    values = [model.rvs_to_values[rv] for rv in rvs]
+    free = list(model.free_RVs)
+    outs = [_inline_arrays(rv, free) for rv in rvs] + values
+    lengths = {int(s) for v in values for s in np.shape(_value_of(v))}
+    _check_no_arrays_in_inner_graphs(outs, free, lengths)
     arrays = {c: c.type() for c in graph_inputs(outs) if _swappable(c)}
-    if not arrays and not derived:
-        return model.logp(vars=list(rvs), sum=False)
-    new = graph_replace(outs, arrays, strict=False) if arrays else outs
-    new_rvs, new_values = new[: len(basic)], new[len(basic) :]
+    if not arrays and all(o is rv for o, rv in zip(outs, rvs, strict=False)):
+        return model.logp(vars=rvs, sum=False)
+    # the free variables stay themselves (their values and transforms are the model's)
+    keep = {rv: rv for rv in free}
+    new = graph_replace(outs, {**keep, **arrays}, strict=False)
+    new_rvs, new_values = new[: len(rvs)], new[len(rvs) :]
     terms = transformed_conditional_logp(
-        rvs=[new_rvs[basic.index(rv)] for rv in rvs],
-        rvs_to_values=dict(zip(new_rvs, new_values, strict=True)),
+        rvs=new_rvs,
+        rvs_to_values={
+            **{rv: model.rvs_to_values[rv] for rv in model.free_RVs},
+            **dict(zip(new_rvs, new_values, strict=True)),
+        },
         rvs_to_transforms={
-            r: model.rvs_to_transforms.get(rv) for r, rv in zip(new_rvs, basic, strict=True)
+            **{rv: model.rvs_to_transforms.get(rv) for rv in model.free_RVs},
+            **{r: model.rvs_to_transforms.get(rv) for r, rv in zip(new_rvs, rvs, strict=True)},
         },
         jacobian=True,
     )
     back = {symbol: c for c, symbol in arrays.items()}
     return graph_replace(terms, back, strict=False) if back else list(terms)
+
+
+def _inline_arrays(rv: Variable, stop: Sequence[Variable]) -> Variable:
+    """``rv`` with every inner graph in its history that holds arrays inlined where PyMC's logp
+    would inline it (``inline_logprob``: a CustomDist's ``dist=``, mixtures; nested ones too:
+    review), so that their arrays are arrays of the outer graph. ``stop``: the free variables
+    (their own graphs are priors)."""
+    for _ in range(20):
+        nodes = [
+            v.owner
+            for v in ancestors([rv], blockers=stop)
+            if v.owner is not None
+            and v not in stop
+            and isinstance(v.owner.op, SymbolicRandomVariable)
+            and v.owner.op.inline_logprob
+            and any(_swappable(c) for c in value_ancestors(v.owner.op.inner_outputs))
+        ]
+        if not nodes:
+            return rv
+        swap = {}
+        for node in dict.fromkeys(nodes):
+            swap.update(zip(node.outputs, inline_ofg_node(node), strict=True))
+        rv = graph_replace([rv], {**swap, **{f: f for f in stop}}, strict=False)[0]
+    return rv
+
+
+def _check_no_arrays_in_inner_graphs(outs: list[Variable], stop, lengths: set[int]) -> None:
+    """An array inside an inner graph that PyMC's logp does not inline (a Truncated's base
+    distribution, a scan) is folded with it where no check can see the fold (review: a
+    CustomDist closing over ``X - X.mean()`` inside ``pm.Truncated``): refused."""
+    outer = {id(v) for v in value_ancestors(outs, stop, scan=False)}
+    hidden = [
+        v
+        for v in value_ancestors(outs, stop)
+        if id(v) not in outer
+        and _swappable(v)
+        and (np.asarray(v.data).dtype.kind == "f" or lengths & set(np.shape(v.data)))
+    ]
+    if hidden:
+        raise ValueError(
+            f"The likelihood holds {_label(hidden[0])} inside the inner graph of a distribution "
+            "PyMC derives as a whole (e.g. a CustomDist's dist= function under pm.Truncated): "
+            "whether each row reads only its own person cannot be checked there. Pass the "
+            "array to the CustomDist as an argument, or as a pm.Data container."
+        )
 
 
 def _swappable(var: Variable) -> bool:
@@ -728,6 +783,7 @@ def _analyse(
         _check_finite(graph)
         _check_support(graph)
         _check_row_local(graph)
+        _check_no_reduction_over_rows(graph)
     return graph
 
 
@@ -1227,6 +1283,10 @@ def _check_row_local(graph: ModelGraph) -> None:
     point = model.initial_point()
     n = graph.n_rows
     half = rng.random(n) < 0.5
+    # one shift for every float input of a row keeps their order (a Censored's lower <= upper
+    # with per-row bounds: moved apart by their own sizes they crossed, review)
+    largest = [np.abs(v[np.isfinite(v)]).max(initial=0.0) for v in values if v.dtype.kind == "f"]
+    shift = 1e3 * (1.0 + min(float(max(largest, default=0.0)), 1e297))  # finite
 
     def changed(args, moved, touched) -> bool:
         with np.errstate(all="ignore"):
@@ -1255,14 +1315,14 @@ def _check_row_local(graph: ModelGraph) -> None:
             j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
             touched = np.arange(n) == j
             moved = [
-                _replace_row(v, i.row_axis, j, k, far=trial >= 4, up=trial == 4)
+                _replace_row(v, i.row_axis, j, k, shift if trial >= 4 else 0.0, up=trial == 4)
                 for i, v in zip(inputs, values, strict=True)
             ]
         else:  # a random half of the people changed at once, then the other half: a row that
             # reads any particular other person (the max, person 17) sees one of them move
             touched = half if trial == 6 else ~half
             moved = [
-                _change_rows(v, i.row_axis, touched, rng, up=trial == 6)
+                _change_rows(v, i.row_axis, touched, rng, shift, up=trial == 6)
                 for i, v in zip(inputs, values, strict=True)
             ]
         if changed(args, moved, touched):
@@ -1275,11 +1335,17 @@ def _check_row_local(graph: ModelGraph) -> None:
         + (0.3 * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
         for v in model.value_vars
     ]
+    # (a model that cannot evaluate such rows, a Censored's per-row lower bounds all made like
+    # the largest above the upper ones, skips it: review)
     for k, inp in enumerate(inputs):
         for largest in (True, False):
             j, like = _all_like(values[k], inp.row_axis, largest)
             moved = [*values[:k], like, *values[k + 1 :]]
-            if changed(args, moved, np.arange(n) != j):
+            try:
+                moved_others = changed(args, moved, np.arange(n) != j)
+            except Exception:  # noqa: BLE001 - evaluated on rows the model may not accept
+                continue
+            if moved_others:
                 _not_row_local(graph, inputs)
     # one person's integer row moved beyond every other's (review: a condition on all counts,
     # all(c <= 2), that no swap of people moves); a model that cannot evaluate such a row (an
@@ -1298,6 +1364,80 @@ def _check_row_local(graph: ModelGraph) -> None:
                 continue
             if moved_others:
                 _not_row_local(graph, inputs)
+
+
+def _check_no_reduction_over_rows(graph: ModelGraph) -> None:
+    """No step of the per-row graph may reduce over the rows, or sort or accumulate along them.
+
+    The trials of :func:`_check_row_local` see a dependence on other rows only where moving
+    rows moves it: a flag ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the
+    data?) that no trial reaches shifts every row's term for one person (review). This is
+    structural: the graph is evaluated on the first ``m`` rows for two values of ``m``, and an
+    axis whose length follows ``m`` is a row axis; a step whose output has fewer row axes than
+    one of its inputs (a sum, max or any over people, a Gram ``X.T @ X``, ``X[0]``), or that
+    sorts or accumulates along a row axis, is refused. Shapes themselves (``X.shape[0]``, the
+    public row count) are not reads."""
+    model, n = graph.model, graph.n_rows
+    if n < 3:
+        return
+    idx = pt.vector("idx", dtype="int64")
+    (rows,) = batch_graph([graph.rows], graph.batch_inputs, idx)
+    # a check of the data alone (a Censored's lower <= upper, which raises rather than gives
+    # -inf) changes no term: it held on these rows at analysis, and holds for the whole run
+    params = set(model.value_vars)
+    data_checks = {
+        node.outputs[0]: node.inputs[0]
+        for node in io_toposort([*model.value_vars, idx], [rows])
+        if isinstance(node.op, CheckAndRaise) and not params & set(ancestors(node.inputs[1:]))
+    }
+    if data_checks:
+        (rows,) = graph_replace([rows], data_checks, strict=False)
+    nodes = [
+        node
+        for node in io_toposort([*model.value_vars, idx], [rows])
+        if not isinstance(node.op, Shape | Shape_i | SpecifyShape)
+        and all(isinstance(v.type, TensorType) for v in (*node.inputs, *node.outputs))
+    ]
+    variables = list(dict.fromkeys(v for node in nodes for v in (*node.inputs, *node.outputs)))
+    try:
+        fn = pytensor.function(
+            [*model.value_vars, idx],
+            [v.shape for v in variables],
+            mode=_CHECK_MODE,
+            on_unused_input="ignore",
+        )
+        point = model.initial_point()
+        args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+        with np.errstate(all="ignore"):
+            shapes = [fn(*args, np.arange(m)) for m in (n - 1, n - 2)]
+    except Exception:  # noqa: BLE001 - a graph pinned to n rows: the trials above stand alone
+        return
+    changing = {
+        v: tuple(a for a, (s1, s2) in enumerate(zip(x1, x2, strict=True)) if s1 != s2)
+        for v, x1, x2 in zip(variables, *shapes, strict=True)
+    }
+    for node in nodes:
+        within = max(len(changing[i]) for i in node.inputs) if node.inputs else 0
+        out = min(len(changing[o]) for o in node.outputs)
+        along = None
+        if isinstance(node.op, CumOp):
+            along = node.op.axis
+        elif isinstance(node.op, SortOp | ArgSortOp) and len(node.inputs) > 1:
+            along = _constant_axis(node.inputs[1])
+        x = node.inputs[0] if node.inputs else None
+        sorted_rows = (
+            along is not None and x is not None and (along % max(x.ndim, 1)) in changing[x]
+        )
+        whole = along is None and isinstance(node.op, CumOp) and x is not None and changing[x]
+        if out < within or sorted_rows or whole:
+            _not_row_local(graph, list(graph.row_inputs))
+
+
+def _constant_axis(var: Variable) -> int | None:
+    try:
+        return int(pt.get_underlying_scalar_constant_value(var))
+    except Exception:  # noqa: BLE001 - a symbolic axis: treated as any
+        return None
 
 
 def _not_row_local(graph: ModelGraph, inputs) -> None:
@@ -1324,14 +1464,14 @@ def _all_like(value: np.ndarray, axis: int, largest: bool) -> tuple[int, np.ndar
 
 
 def _replace_row(
-    value: np.ndarray, axis: int, j: int, k: int, far: bool, up: bool = True
+    value: np.ndarray, axis: int, j: int, k: int, shift: float, up: bool = True
 ) -> np.ndarray:
-    """``value`` with row ``j`` replaced by row ``k`` (``far``: float rows also moved far off,
-    up or down, so that an aggregate over rows moves by more than rounding)."""
+    """``value`` with row ``j`` replaced by row ``k`` (``shift`` > 0: float rows also moved far
+    off by it, up or down, so that an aggregate over rows moves by more than rounding)."""
     out = np.array(value, copy=True)
     src = np.take(value, [k], axis=axis)
-    if far and value.dtype.kind == "f":
-        src = _far_off(src, up)
+    if shift and value.dtype.kind == "f":
+        src = _far_off(src, shift, up)
     idx = [slice(None)] * value.ndim
     idx[axis] = slice(j, j + 1)
     out[tuple(idx)] = src
@@ -1356,23 +1496,23 @@ def _beyond(value: np.ndarray, axis: int, j: int) -> list[np.ndarray]:
     return out
 
 
-def _far_off(x: np.ndarray, up: bool = True) -> np.ndarray:
-    """``x`` moved far off (up or down), and finite where ``x`` is: a row of 3e305 moved to inf
-    made the check warn and fail, a refusal that depended on that row (review)."""
+def _far_off(x: np.ndarray, shift: float, up: bool = True) -> np.ndarray:
+    """``x`` moved far off by ``shift`` (up or down), and finite where ``x`` is: a row of 3e305
+    moved to inf made the check warn and fail, a refusal that depended on that row (review)."""
     with np.errstate(all="ignore"):
-        far = x + (1.0 if up else -1.0) * 1e3 * (1.0 + np.abs(x))
+        far = x + (1.0 if up else -1.0) * shift
     return np.where(np.isfinite(far) | ~np.isfinite(x), far, -x).astype(x.dtype)
 
 
 def _change_rows(
-    value: np.ndarray, axis: int, rows: np.ndarray, rng, up: bool = True
+    value: np.ndarray, axis: int, rows: np.ndarray, rng, shift: float, up: bool = True
 ) -> np.ndarray:
-    """``value`` with the rows ``rows`` changed: float rows moved far off (up or down), others
-    shuffled among themselves (codes and counts stay in their support)."""
+    """``value`` with the rows ``rows`` changed: float rows moved far off by ``shift`` (up or
+    down), others shuffled among themselves (codes and counts stay in their support)."""
     v = np.moveaxis(np.array(value, copy=True), axis, 0)
     idx = np.flatnonzero(rows)
     if value.dtype.kind == "f":
-        v[idx] = _far_off(v[idx], up)
+        v[idx] = _far_off(v[idx], shift, up)
     else:
         v[idx] = v[rng.permutation(idx)]
     return np.moveaxis(v, 0, axis)

@@ -173,11 +173,21 @@ def split_columns(
         mapped = [i for i in ins if i in cols]
         out = node.outputs[0]
         if mapped:
-            k = max(len(cols[i]) for i in mapped)
-            if isinstance(op, Elemwise) and all(o.type.ndim == 2 for o in node.outputs):
-                per_col = [op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k)]
+            # an (n, 1) input broadcast against a (K,) operand makes K columns, not 1 (review:
+            # a NormalMixture with a per-row sd of shape (n, 1)); unknown K: no column rule
+            k_out = out.type.shape[1] if out.type.ndim == 2 else None
+            if (
+                isinstance(op, Elemwise)
+                and all(o.type.ndim == 2 for o in node.outputs)
+                and k_out is not None
+                and k_out <= max_columns
+                and all(len(cols[i]) in (1, k_out) for i in mapped)
+            ):
+                per_col = [
+                    op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k_out)
+                ]
                 for t, o in enumerate(node.outputs):
-                    cols[o] = [per_col[j][t] for j in range(k)]
+                    cols[o] = [per_col[j][t] for j in range(k_out)]
                 continue
             if isinstance(op, CAReduce) and ins[0] in cols and type(op.scalar_op) in _COMBINE:
                 axes = tuple(range(ins[0].type.ndim)) if op.axis is None else tuple(op.axis)

@@ -489,17 +489,32 @@ def _custom_dist(where: str, centred: bool) -> pm.Model:
                 dist=lambda z, a, size: pm.Normal.dist(mean_of(a, z), 1.0, size=size),
                 observed=y,
             )
-        else:
+        elif where == "closure":
             pm.CustomDist(
                 "y",
                 a_,
                 dist=lambda a, size: pm.Normal.dist(mean_of(a, pt.as_tensor(x)), 1.0, size=size),
                 observed=y,
             )
+        else:  # review: a CustomDist inside another's dist= function, or under pm.Truncated
+
+            def inner(a, size):
+                return pm.Normal.dist(mean_of(a, pt.as_tensor(x)), 1.0, size=size)
+
+            if where == "nested":
+                pm.CustomDist(
+                    "y",
+                    a_,
+                    dist=lambda a, size: pm.CustomDist.dist(a, dist=inner, size=size),
+                    observed=y,
+                )
+            else:
+                base = pm.CustomDist.dist(a_, dist=inner, shape=60)
+                pm.Truncated("y", base, lower=-5.0, upper=5.0, observed=y)
     return model
 
 
-@pytest.mark.parametrize("where", ["argument", "closure"])
+@pytest.mark.parametrize("where", ["argument", "closure", "nested"])
 def test_an_aggregate_inside_a_custom_dists_dist_function_is_not_row_local(where):
     """Fourth review: ``z - z.mean()`` inside a CustomDist's ``dist=`` function was accepted.
     PyMC's logp rewrites folded it into one new array that looks row-local, and the function's
@@ -513,6 +528,113 @@ def test_an_aggregate_inside_a_custom_dists_dist_function_is_not_row_local(where
     q = lik.ravel(model.initial_point())
     total = lik.logp_rows(q).sum() + lik.prior_logp_and_grad(q)[0]
     assert total == pytest.approx(model.compile_logp()(model.initial_point()), rel=1e-9)
+
+
+def test_an_array_inside_an_inner_graph_pymc_derives_whole_is_refused_by_name():
+    """Review: under ``pm.Truncated`` a CustomDist's inner graph is not inlined before PyMC
+    derives the logp, which folds ``X - X.mean()`` there where no check sees it. An array inside
+    such an inner graph is refused by name, centred or not (it could be passed as an
+    argument)."""
+    for centred in (True, False):
+        with pytest.raises(ValueError, match="inside the inner graph of a distribution"):
+            pdp.PerRowLikelihood(_custom_dist("truncated", centred=centred))
+
+
+def _flagged(kind: str) -> pm.Model:
+    """A regression whose every term shifts by 5 when a flag over all people is set: a
+    threshold no trial reaches, a membership test for one value, an integer code beyond."""
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, 60)
+    g = rng.integers(0, 4, 60)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, shape=4)
+        xd, gd = pm.Data("x", x), pm.Data("g", g)
+        flag = {
+            "threshold": pt.max(xd) > 1e5,
+            "membership": pt.any(pt.abs(xd - 0.7777777) < 1e-9),
+            "code": pt.max(gd) > 6,
+        }[kind]
+        pm.Normal("y", a[gd] * xd + 5.0 * flag, 1.0, observed=rng.normal(size=60))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["threshold", "membership", "code"])
+def test_a_flag_over_all_people_that_no_trial_reaches_is_not_row_local(kind):
+    """Review: ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the data?) on the
+    rows moves every term for one person, but no trial of the row-locality check reached it:
+    accepted. A step that reduces over the rows is now refused structurally."""
+    with pytest.raises(ValueError, match="depends on other rows"):
+        pdp.PerRowLikelihood(_flagged(kind))
+
+
+def _censored_per_row_bounds():
+    y = np.random.default_rng(0).normal(size=60)
+    with pm.Model() as model:
+        mu = pm.Normal("mu")
+        pm.Censored("y", pm.Normal.dist(mu, 1.0), lower=y - 1.0, upper=y + 1.0, observed=y)
+    return model
+
+
+def _mixture_of_constants():
+    y = np.random.default_rng(0).normal(size=60)
+    with pm.Model() as model:
+        s = pm.HalfNormal("s")
+        pm.NormalMixture("y", w=np.array([0.5, 0.5]), mu=np.array([-1.0, 1.0]), sigma=s, observed=y)
+    return model
+
+
+def _mixture_per_row_sd():
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1, shape=2)
+        sd = np.abs(rng.normal(size=(60, 1))) + 0.5
+        pm.NormalMixture("y", w=np.array([0.3, 0.7]), mu=mu, sigma=sd, observed=rng.normal(size=60))
+    return model
+
+
+def _ordered_probit_per_row_sd():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (60, 3))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=3)
+        cut = pm.Normal(
+            "cut", np.array([-1.0, 0.0, 1.0]), 1, transform=pm.distributions.transforms.ordered
+        )
+        pm.OrderedProbit(
+            "c",
+            eta=pt.dot(x, b),
+            cutpoints=cut,
+            sigma=np.abs(x[:, 0]) + 0.5,
+            observed=rng.integers(0, 4, 60),
+        )
+    return model
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        _censored_per_row_bounds,
+        _mixture_of_constants,
+        _mixture_per_row_sd,
+        _ordered_probit_per_row_sd,
+    ],
+)
+def test_everyday_models_get_their_own_density_and_gradient(build):
+    """Review: a Censored model with per-row bounds was refused (the check moved one input's
+    rows past the other's: lower > upper raised); a NormalMixture of constant components was
+    refused by the symbolic logp of its first form. Kernels: a per-row sd of shape (n, 1)
+    broadcast against two components was split into one column (the gradient kernel crashed),
+    and an OrderedProbit's per-row sd the same way (its rows' log density was -inf). Each now
+    has the model's own log density, and the unclipped gradient sum is the model's."""
+    model = build()
+    lik = pdp.PerRowLikelihood(model)
+    point = model.initial_point()
+    q = lik.ravel(point)
+    logp, prior_grad = lik.prior_logp_and_grad(q)
+    assert lik.logp_rows(q).sum() + logp == pytest.approx(model.compile_logp()(point), rel=1e-9)
+    grad = lik.grad_kernel()(q, np.asarray(1e12))[0] + prior_grad
+    want = model.compile_dlogp()(point)  # raveled in the same order as q
+    np.testing.assert_allclose(grad, want, rtol=1e-7, atol=1e-9)
 
 
 def _custom_check(kind: str, x: np.ndarray) -> pm.Model:
