@@ -1381,7 +1381,14 @@ def _check_no_reduction_over_rows(graph: ModelGraph) -> None:
     if n < 3:
         return
     idx = pt.vector("idx", dtype="int64")
-    (rows,) = batch_graph([graph.rows], graph.batch_inputs, idx)
+    point = model.initial_point()
+    # a parameter per person (a random effect of length n) is taken to the subset with the rows
+    per_person = {
+        v: list(np.shape(point[v.name])).index(n)
+        for v in model.value_vars
+        if n in np.shape(point[v.name])
+    }
+    (rows,) = batch_graph([graph.rows], {**graph.batch_inputs, **per_person}, idx)
     # a check of the data alone (a Censored's lower <= upper, which raises rather than gives
     # -inf) changes no term: it held on these rows at analysis, and holds for the whole run
     params = set(model.value_vars)
@@ -1406,12 +1413,18 @@ def _check_no_reduction_over_rows(graph: ModelGraph) -> None:
             mode=_CHECK_MODE,
             on_unused_input="ignore",
         )
-        point = model.initial_point()
         args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
         with np.errstate(all="ignore"):
             shapes = [fn(*args, np.arange(m)) for m in (n - 1, n - 2)]
-    except Exception:  # noqa: BLE001 - a graph pinned to n rows: the trials above stand alone
-        return
+    except Exception:  # noqa: BLE001 - a shape pinned to n inside the model
+        # skipping the check here would let a flag over all people through behind a literal
+        # n (review); the subsets are valid rows, so this depends on the graph, not the data
+        raise ValueError(
+            "The per-row log-likelihood cannot be evaluated on a subset of the rows (a shape "
+            f"fixed to the row count n = {n} inside the model, e.g. a reshape to a literal "
+            "n?), which the row-locality check needs. Write shapes from the data "
+            "(x.shape[0]) or leave them to PyMC."
+        ) from None
     changing = {
         v: tuple(a for a, (s1, s2) in enumerate(zip(x1, x2, strict=True)) if s1 != s2)
         for v, x1, x2 in zip(variables, *shapes, strict=True)

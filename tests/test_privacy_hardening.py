@@ -553,17 +553,21 @@ def _flagged(kind: str) -> pm.Model:
             "threshold": pt.max(xd) > 1e5,
             "membership": pt.any(pt.abs(xd - 0.7777777) < 1e-9),
             "code": pt.max(gd) > 6,
+            # behind a shape pinned to n, which the structural check cannot subset
+            "pinned": pt.max(pt.reshape(xd, (60,))) > 1e5,
         }[kind]
         pm.Normal("y", a[gd] * xd + 5.0 * flag, 1.0, observed=rng.normal(size=60))
     return model
 
 
-@pytest.mark.parametrize("kind", ["threshold", "membership", "code"])
+@pytest.mark.parametrize("kind", ["threshold", "membership", "code", "pinned"])
 def test_a_flag_over_all_people_that_no_trial_reaches_is_not_row_local(kind):
     """Review: ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the data?) on the
     rows moves every term for one person, but no trial of the row-locality check reached it:
-    accepted. A step that reduces over the rows is now refused structurally."""
-    with pytest.raises(ValueError, match="depends on other rows"):
+    accepted. A step that reduces over the rows is now refused structurally; a graph that
+    cannot be evaluated on a subset of the rows is refused rather than left unchecked."""
+    match = "subset of the rows" if kind == "pinned" else "depends on other rows"
+    with pytest.raises(ValueError, match=match):
         pdp.PerRowLikelihood(_flagged(kind))
 
 
@@ -610,9 +614,18 @@ def _ordered_probit_per_row_sd():
     return model
 
 
+def _per_person_effects():
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        u = pm.Normal("u", 0, 1, shape=60)  # one effect per person, subset with the rows
+        pm.Normal("y", u * rng.uniform(-1, 1, 60), 1.0, observed=rng.normal(size=60))
+    return model
+
+
 @pytest.mark.parametrize(
     "build",
     [
+        _per_person_effects,
         _censored_per_row_bounds,
         _mixture_of_constants,
         _mixture_per_row_sd,
