@@ -88,6 +88,8 @@ __all__ = [
 _CHECK_MODE = Mode(linker="py", optimizer=None)
 #: Rows compared by the row-locality check (a public, fixed choice).
 _LOCALITY_ROWS = 24
+#: People the structural row-locality check evaluates the per-row graph on (public, fixed).
+_STRUCTURE_ROWS = 48
 
 InputKind = Literal["observed", "row", "fixed", "unread"]
 
@@ -530,6 +532,12 @@ def _swappable(var: Variable) -> bool:
 
 
 def _check_model(model: Model) -> None:
+    named = [*model.data_vars, *model.basic_RVs, *model.rvs_to_values.values()]
+    if any(type(v.type).__name__ == "XTensorType" for v in named):
+        raise ValueError(
+            "The model uses pymc.dims (named-dimension XTensor variables), which pymc-dp does "
+            "not read by rows yet: write it with pm.* distributions and pm.Data(..., dims=...)."
+        )
     observed = {rv.name for rv in model.observed_RVs}
     imputed = [
         rv.name
@@ -783,7 +791,7 @@ def _analyse(
         _check_finite(graph)
         _check_support(graph)
         _check_row_local(graph)
-        _check_no_reduction_over_rows(graph)
+        _check_rows_stay_rows(graph)
     return graph
 
 
@@ -1366,56 +1374,79 @@ def _check_row_local(graph: ModelGraph) -> None:
                 _not_row_local(graph, inputs)
 
 
-def _check_no_reduction_over_rows(graph: ModelGraph) -> None:
-    """No step of the per-row graph may reduce over the rows, or sort or accumulate along them.
+def _check_rows_stay_rows(graph: ModelGraph) -> None:
+    """Every step of the per-row graph keeps the rows whole and in order.
 
     The trials of :func:`_check_row_local` see a dependence on other rows only where moving
-    rows moves it: a flag ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the
-    data?) that no trial reaches shifts every row's term for one person (review). This is
-    structural: the graph is evaluated on the first ``m`` rows for two values of ``m``, and an
-    axis whose length follows ``m`` is a row axis; a step whose output has fewer row axes than
-    one of its inputs (a sum, max or any over people, a Gram ``X.T @ X``, ``X[0]``), or that
-    sorts or accumulates along a row axis, is refused. Shapes themselves (``X.shape[0]``, the
-    public row count) are not reads."""
+    rows moves it: a flag ``max(X) > 1e5``, ``any(|X - t| < 1e-9)`` (is person t in the data?)
+    or ``|X[::-1] - t| < 1e-9`` that no trial reaches shifts other rows' terms for one person
+    (reviews). This is structural. The graph is evaluated on the first ``m`` people for two
+    ``m`` (an axis whose length follows ``m`` is a row axis), and on people ``1..m`` against
+    ``0..m-1``. A step that reads the data is refused if its output has fewer row axes than an
+    input (a sum, max or any over people, ``X.T @ X``, ``X[0]``), if it sorts or accumulates
+    along a row axis, or if its rows are not the same person's on both subsets (a reversal, a
+    roll, a lag). Shapes (``X.shape[0]``, the public row count) are not reads; parameters per
+    person (a random effect of length n, centred or not) are taken with the rows."""
     model, n = graph.model, graph.n_rows
-    if n < 3:
+    if n < 4:
         return
-    idx = pt.vector("idx", dtype="int64")
+    m = min(n - 1, _STRUCTURE_ROWS)
     point = model.initial_point()
-    # a parameter per person (a random effect of length n) is taken to the subset with the rows
-    per_person = {
-        v: list(np.shape(point[v.name])).index(n)
-        for v in model.value_vars
-        if n in np.shape(point[v.name])
-    }
-    (rows,) = batch_graph([graph.rows], {**graph.batch_inputs, **per_person}, idx)
-    # a check of the data alone (a Censored's lower <= upper, which raises rather than gives
-    # -inf) changes no term: it held on these rows at analysis, and holds for the whole run
+    args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+    rows = _without_data_checks(graph.rows, model.value_vars)
+    data = set(graph.batch_inputs)
     params = set(model.value_vars)
-    data_checks = {
-        node.outputs[0]: node.inputs[0]
-        for node in io_toposort([*model.value_vars, idx], [rows])
-        if isinstance(node.op, CheckAndRaise) and not params & set(ancestors(node.inputs[1:]))
-    }
-    if data_checks:
-        (rows,) = graph_replace([rows], data_checks, strict=False)
-    nodes = [
-        node
-        for node in io_toposort([*model.value_vars, idx], [rows])
-        if not isinstance(node.op, Shape | Shape_i | SpecifyShape)
-        and all(isinstance(v.type, TensorType) for v in (*node.inputs, *node.outputs))
+    reads = _reading(rows, data)
+    boundary = [
+        i
+        for node in io_toposort(graph_inputs([rows]), [rows])
+        if any(o in reads for o in node.outputs)
+        for i in node.inputs
+        if i not in reads
+        and isinstance(i.type, TensorType)
+        and i.type.ndim > 0
+        and params & set(ancestors([i]))
     ]
-    variables = list(dict.fromkeys(v for node in nodes for v in (*node.inputs, *node.outputs)))
-    try:
+    boundary = list(dict.fromkeys(boundary))
+    per_person = {}
+    if boundary:
         fn = pytensor.function(
-            [*model.value_vars, idx],
-            [v.shape for v in variables],
+            model.value_vars,
+            [b.shape for b in boundary],
             mode=_CHECK_MODE,
             on_unused_input="ignore",
         )
-        args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
+        for b, shape in zip(boundary, fn(*args), strict=True):
+            if n in tuple(shape):
+                per_person[b] = tuple(shape).index(n)
+    idx = pt.vector("idx", dtype="int64")
+    (batched,) = batch_graph([rows], {**graph.batch_inputs, **per_person}, idx)
+    reads = _reading(batched, data)
+    nodes = [
+        node
+        for node in io_toposort([*model.value_vars, idx], [batched])
+        if any(i in reads for i in node.inputs)
+    ]
+    variables = list(
+        dict.fromkeys(
+            v
+            for node in nodes
+            for v in (*node.inputs, *node.outputs)
+            if v in reads and isinstance(v.type, TensorType)
+        )
+    )
+    try:
+        fn = pytensor.function(
+            [*model.value_vars, idx],
+            [*(v.shape for v in variables), *variables],
+            mode=_CHECK_MODE,
+            on_unused_input="ignore",
+        )
+        k = len(variables)
         with np.errstate(all="ignore"):
-            shapes = [fn(*args, np.arange(m)) for m in (n - 1, n - 2)]
+            a = fn(*args, np.arange(m))
+            shorter = fn(*args, np.arange(m - 1))[:k]
+            b = fn(*args, np.arange(1, m + 1))[k:]
     except Exception:  # noqa: BLE001 - a shape pinned to n inside the model
         # skipping the check here would let a flag over all people through behind a literal
         # n (review); the subsets are valid rows, so this depends on the graph, not the data
@@ -1426,24 +1457,66 @@ def _check_no_reduction_over_rows(graph: ModelGraph) -> None:
             "(x.shape[0]) or leave them to PyMC."
         ) from None
     changing = {
-        v: tuple(a for a, (s1, s2) in enumerate(zip(x1, x2, strict=True)) if s1 != s2)
-        for v, x1, x2 in zip(variables, *shapes, strict=True)
+        v: tuple(ax for ax, (s1, s2) in enumerate(zip(x1, x2, strict=True)) if s1 != s2)
+        for v, x1, x2 in zip(variables, a[:k], shorter, strict=True)
     }
+    values_a = dict(zip(variables, a[k:], strict=True))
+    values_b = dict(zip(variables, b, strict=True))
     for node in nodes:
-        within = max(len(changing[i]) for i in node.inputs) if node.inputs else 0
-        out = min(len(changing[o]) for o in node.outputs)
-        along = None
+        within = max((len(changing[i]) for i in node.inputs if i in changing), default=0)
+        out = min((len(changing[o]) for o in node.outputs if o in changing), default=within)
+        x = node.inputs[0]
+        along: tuple[int, ...] = ()  # the axes a sort or an accumulation runs along
         if isinstance(node.op, CumOp):
-            along = node.op.axis
-        elif isinstance(node.op, SortOp | ArgSortOp) and len(node.inputs) > 1:
-            along = _constant_axis(node.inputs[1])
-        x = node.inputs[0] if node.inputs else None
-        sorted_rows = (
-            along is not None and x is not None and (along % max(x.ndim, 1)) in changing[x]
+            axis = node.op.axis
+            along = tuple(range(x.ndim)) if axis is None else (axis % max(x.ndim, 1),)
+        elif isinstance(node.op, SortOp | ArgSortOp):
+            axis = _constant_axis(node.inputs[1]) if len(node.inputs) > 1 else None
+            along = tuple(range(x.ndim)) if axis is None else (axis % max(x.ndim, 1),)
+        mixes = x in reads and bool(set(along) & set(changing.get(x, ())))
+        moved = any(
+            not _same_people(values_a[o], values_b[o], changing[o])
+            for o in node.outputs
+            if o in values_a
         )
-        whole = along is None and isinstance(node.op, CumOp) and x is not None and changing[x]
-        if out < within or sorted_rows or whole:
+        if out < within or mixes or moved:
             _not_row_local(graph, list(graph.row_inputs))
+
+
+def _without_data_checks(rows: Variable, params) -> Variable:
+    """``rows`` without the checks of the data alone (a Censored's ``lower <= upper``, which
+    raises rather than gives -inf): they change no term, held at analysis, and hold for the run."""
+    params = set(params)
+    checks = {
+        node.outputs[0]: node.inputs[0]
+        for node in io_toposort(graph_inputs([rows]), [rows])
+        if isinstance(node.op, CheckAndRaise) and not params & set(ancestors(node.inputs[1:]))
+    }
+    return graph_replace([rows], checks, strict=False)[0] if checks else rows
+
+
+def _reading(out: Variable, data: set) -> set:
+    """The variables of ``out``'s graph that read the values of ``data`` (not only shapes)."""
+    reads: set = set()
+    for node in io_toposort(graph_inputs([out]), [out]):
+        if isinstance(node.op, Shape | Shape_i):
+            continue
+        if any(i in data or i in reads for i in node.inputs):
+            reads.update(node.outputs)
+    return reads
+
+
+def _same_people(a, b, axes: tuple[int, ...]) -> bool:
+    """Whether ``a`` (people ``0..m-1`` on ``axes``) and ``b`` (people ``1..m``) agree on the
+    people they share."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not axes or a.shape != b.shape:
+        return a.shape == b.shape or bool(axes)
+    for ax in axes:
+        a = np.take(a, np.arange(1, a.shape[ax]), axis=ax)
+        b = np.take(b, np.arange(0, b.shape[ax] - 1), axis=ax)
+    same = (a == b) | np.isclose(a, b, rtol=1e-12, atol=0.0, equal_nan=True)
+    return bool(np.all(same))
 
 
 def _constant_axis(var: Variable) -> int | None:

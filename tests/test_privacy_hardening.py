@@ -555,12 +555,17 @@ def _flagged(kind: str) -> pm.Model:
             "code": pt.max(gd) > 6,
             # behind a shape pinned to n, which the structural check cannot subset
             "pinned": pt.max(pt.reshape(xd, (60,))) > 1e5,
+            # another person's row, reversed or rolled into hers (second review)
+            "reversed": pt.abs(xd[::-1] - 0.4242) < 1e-9,
+            "rolled": pt.eq(pt.roll(gd, 1), 5),
         }[kind]
         pm.Normal("y", a[gd] * xd + 5.0 * flag, 1.0, observed=rng.normal(size=60))
     return model
 
 
-@pytest.mark.parametrize("kind", ["threshold", "membership", "code", "pinned"])
+@pytest.mark.parametrize(
+    "kind", ["threshold", "membership", "code", "pinned", "reversed", "rolled"]
+)
 def test_a_flag_over_all_people_that_no_trial_reaches_is_not_row_local(kind):
     """Review: ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the data?) on the
     rows moves every term for one person, but no trial of the row-locality check reached it:
@@ -622,10 +627,21 @@ def _per_person_effects():
     return model
 
 
+def _centred_per_person_effects():
+    """Second review: an aggregate of parameters (not of data) is row-local."""
+    rng = np.random.default_rng(1)
+    with pm.Model() as model:
+        u, s = pm.Normal("u", shape=60), pm.HalfNormal("s")
+        rate = pm.math.exp(0.2 * rng.normal(size=60) + s * (u - u.mean()))
+        pm.Poisson("y", rate, observed=rng.poisson(1, 60))
+    return model
+
+
 @pytest.mark.parametrize(
     "build",
     [
         _per_person_effects,
+        _centred_per_person_effects,
         _censored_per_row_bounds,
         _mixture_of_constants,
         _mixture_per_row_sd,
@@ -648,6 +664,22 @@ def test_everyday_models_get_their_own_density_and_gradient(build):
     grad = lik.grad_kernel()(q, np.asarray(1e12))[0] + prior_grad
     want = model.compile_dlogp()(point)  # raveled in the same order as q
     np.testing.assert_allclose(grad, want, rtol=1e-7, atol=1e-9)
+
+
+def test_pymc_dims_models_are_refused_by_name():
+    """Second review: a pymc.dims model's containers are XTensors, which the analysis does not
+    read by rows; refused with a message, not by a check that fails on them."""
+    import pymc.dims as pmd
+    from pytensor.xtensor import as_xtensor
+
+    rng = np.random.default_rng(0)
+    with pm.Model(coords={"obs": range(40)}) as model:
+        x = pmd.Data("x", rng.normal(size=40), dims="obs")
+        b = pmd.Normal("b")
+        y = as_xtensor(rng.normal(size=40), dims=("obs",))
+        pmd.Normal("y", b * x, 1, observed=y, dims="obs")
+    with pytest.raises(ValueError, match="pymc.dims"):
+        pdp.PerRowLikelihood(model)
 
 
 def _custom_check(kind: str, x: np.ndarray) -> pm.Model:
