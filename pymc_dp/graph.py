@@ -243,7 +243,7 @@ def batch_graph(
             pinned[out] = x
         elif isinstance(node.op, Alloc) and x.type.ndim == out.type.ndim:
             same = x.type.shape == out.type.shape and None not in x.type.shape
-            if same or all(s != 1 for s in x.type.shape):
+            if same or all(s != 1 for s in x.type.shape) or _alloc_to_own(node):
                 pinned[out] = x
     if pinned:
         outputs = graph_replace(outputs, pinned, strict=False)
@@ -254,6 +254,18 @@ def batch_graph(
         x: (x[idx] if axis == 0 else pt.take(x, idx, axis=axis)) for x, axis in inputs.items()
     }
     return clone_replace(outputs, replace=replace, rebuild_strict=False)
+
+
+def _alloc_to_own(node) -> bool:
+    """An ``Alloc`` to its input's own static shape, given as literals (an observed (n, 1))."""
+    x, *shape = node.inputs
+    if None in x.type.shape:
+        return False
+    try:
+        sizes = tuple(int(pt.get_underlying_scalar_constant_value(s)) for s in shape)
+    except Exception:  # noqa: BLE001 - a symbolic size
+        return False
+    return sizes == x.type.shape
 
 
 @dataclass
@@ -1385,8 +1397,9 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
     ``0..m-1``. A step that reads the data is refused if its output has fewer row axes than an
     input (a sum, max or any over people, ``X.T @ X``, ``X[0]``), if it sorts or accumulates
     along a row axis, or if its rows are not the same person's on both subsets (a reversal, a
-    roll, a lag). Shapes (``X.shape[0]``, the public row count) are not reads; parameters per
-    person (a random effect of length n, centred or not) are taken with the rows."""
+    roll, a lag). Shapes (``X.shape[0]``, the public row count) are not reads; what meets the
+    data with an axis of length n without reading it (a random effect per person, centred or
+    not; ``pt.zeros(n)``) is taken with the rows."""
     model, n = graph.model, graph.n_rows
     if n < 4:
         return
@@ -1395,7 +1408,6 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
     args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
     rows = _without_data_checks(graph.rows, model.value_vars)
     data = set(graph.batch_inputs)
-    params = set(model.value_vars)
     reads = _reading(rows, data)
     boundary = [
         i
@@ -1405,7 +1417,8 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
         if i not in reads
         and isinstance(i.type, TensorType)
         and i.type.ndim > 0
-        and params & set(ancestors([i]))
+        # not sized by the data (an Alloc to x.shape[0] is subset by the rows already)
+        and not data & set(ancestors([i]))
     ]
     boundary = list(dict.fromkeys(boundary))
     per_person = {}
@@ -1419,35 +1432,17 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
         for b, shape in zip(boundary, fn(*args), strict=True):
             if n in tuple(shape):
                 per_person[b] = tuple(shape).index(n)
-    idx = pt.vector("idx", dtype="int64")
-    (batched,) = batch_graph([rows], {**graph.batch_inputs, **per_person}, idx)
-    reads = _reading(batched, data)
-    nodes = [
-        node
-        for node in io_toposort([*model.value_vars, idx], [batched])
-        if any(i in reads for i in node.inputs)
-    ]
-    variables = list(
-        dict.fromkeys(
-            v
-            for node in nodes
-            for v in (*node.inputs, *node.outputs)
-            if v in reads and isinstance(v.type, TensorType)
-        )
-    )
-    try:
-        fn = pytensor.function(
-            [*model.value_vars, idx],
-            [*(v.shape for v in variables), *variables],
-            mode=_CHECK_MODE,
-            on_unused_input="ignore",
-        )
-        k = len(variables)
-        with np.errstate(all="ignore"):
-            a = fn(*args, np.arange(m))
-            shorter = fn(*args, np.arange(m - 1))[:k]
-            b = fn(*args, np.arange(1, m + 1))[k:]
-    except Exception:  # noqa: BLE001 - a shape pinned to n inside the model
+    # first as it is, then with what has an axis of length n taken with the rows (a public
+    # axis of length n beside a row axis, b @ S for a square S, must not be subset)
+    for extra in ({}, per_person) if per_person else ({},):
+        try:
+            nodes, variables, k, a, shorter, b = _evaluate_on_subsets(
+                rows, {**graph.batch_inputs, **extra}, data, model.value_vars, args, m
+            )
+            break
+        except Exception:  # noqa: BLE001 - a shape pinned to n inside the model
+            continue
+    else:
         # skipping the check here would let a flag over all people through behind a literal
         # n (review); the subsets are valid rows, so this depends on the graph, not the data
         raise ValueError(
@@ -1455,7 +1450,8 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
             f"fixed to the row count n = {n} inside the model, e.g. a reshape to a literal "
             "n?), which the row-locality check needs. Write shapes from the data "
             "(x.shape[0]) or leave them to PyMC."
-        ) from None
+        )
+    reads = set(variables)
     changing = {
         v: tuple(ax for ax, (s1, s2) in enumerate(zip(x1, x2, strict=True)) if s1 != s2)
         for v, x1, x2 in zip(variables, a[:k], shorter, strict=True)
@@ -1481,6 +1477,40 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
         )
         if out < within or mixes or moved:
             _not_row_local(graph, list(graph.row_inputs))
+
+
+def _evaluate_on_subsets(rows, inputs: dict, data: set, params, args, m: int):
+    """The steps of ``rows`` batched over ``inputs`` that read data, the variables they read or
+    make, and those variables' shapes on people ``0..m-1`` and ``0..m-2`` and values on people
+    ``0..m-1`` and ``1..m``; ``data``: the inputs that are private rows."""
+    idx = pt.vector("idx", dtype="int64")
+    (batched,) = batch_graph([rows], inputs, idx)
+    reads = _reading(batched, data)
+    nodes = [
+        node
+        for node in io_toposort([*params, idx], [batched])
+        if any(i in reads for i in node.inputs)
+    ]
+    variables = list(
+        dict.fromkeys(
+            v
+            for node in nodes
+            for v in (*node.inputs, *node.outputs)
+            if v in reads and isinstance(v.type, TensorType)
+        )
+    )
+    fn = pytensor.function(
+        [*params, idx],
+        [*(v.shape for v in variables), *variables],
+        mode=_CHECK_MODE,
+        on_unused_input="ignore",
+    )
+    k = len(variables)
+    with np.errstate(all="ignore"):
+        a = fn(*args, np.arange(m))
+        shorter = fn(*args, np.arange(m - 1))[:k]
+        b = fn(*args, np.arange(1, m + 1))[k:]
+    return nodes, variables, k, a, shorter, b
 
 
 def _without_data_checks(rows: Variable, params) -> Variable:
