@@ -317,7 +317,9 @@ def test_noise_free_limit_is_the_exact_posterior():
             epsilon=1e7, outcome_bounds=(-8, 8), covariate_bounds=bounds, nuts_tune=500
         )
         with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no singular-Gram warning: the constant is declared
+            # no singular-Gram warning: the constant is declared (only that one is an error here:
+            # the run's R-hat note at 1.010 with ESS 3578 made this test flaky)
+            warnings.filterwarnings("error", message="pymc-dp: the released Gram matrix")
             dp = pdp.sample(
                 step=step, draws=1000, tune=0, chains=2, cores=1, random_seed=1, progressbar=False
             )
