@@ -65,6 +65,7 @@ from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
 from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar.basic import AND
+from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor
 from pytensor.tensor.elemwise import CAReduce
 from pytensor.tensor.extra_ops import CumOp
@@ -1396,7 +1397,8 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
     ``m`` (an axis whose length follows ``m`` is a row axis), and on people ``1..m`` against
     ``0..m-1``. A step that reads the data is refused if its output has fewer row axes than an
     input (a sum, max or any over people, ``X.T @ X``, ``X[0]``), if it sorts or accumulates
-    along a row axis, or if its rows are not the same person's on both subsets (a reversal, a
+    along a row axis (a scan over people that carries a state), or if its rows are not the
+    same person's on both subsets (a reversal, a
     roll, a lag). Shapes (``X.shape[0]``, the public row count) are not reads; what meets the
     data with an axis of length n without reading it (a random effect per person, centred or
     not; ``pt.zeros(n)``) is taken with the rows."""
@@ -1470,6 +1472,11 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
             axis = _constant_axis(node.inputs[1]) if len(node.inputs) > 1 else None
             along = tuple(range(x.ndim)) if axis is None else (axis % max(x.ndim, 1),)
         mixes = x in reads and bool(set(along) & set(changing.get(x, ())))
+        if isinstance(node.op, Scan):  # a state carried from person to person
+            info = node.op.info
+            carried = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot > 0
+            seqs = node.inputs[1 : 1 + info.n_seqs]
+            mixes |= carried and any(0 in changing.get(q, ()) for q in seqs)
         moved = any(
             not _same_people(values_a[o], values_b[o], changing[o])
             for o in node.outputs

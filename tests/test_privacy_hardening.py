@@ -540,6 +540,28 @@ def test_an_array_inside_an_inner_graph_pymc_derives_whole_is_refused_by_name():
             pdp.PerRowLikelihood(_custom_dist("truncated", centred=centred))
 
 
+def _running_any(hit):
+    import pytensor
+
+    seen, _ = pytensor.scan(
+        lambda h, acc: pt.or_(acc, h),
+        sequences=[hit],
+        outputs_info=[pt.as_tensor(np.array(False))],
+    )
+    return seen
+
+
+def test_a_scan_over_people_without_a_carried_state_is_row_local():
+    import pytensor
+
+    rng = np.random.default_rng(6)
+    with pm.Model() as model:
+        b, xd = pm.Normal("b"), pm.Data("x", rng.uniform(-1, 1, 60))
+        squares, _ = pytensor.scan(lambda x: x**2, sequences=[xd])
+        pm.Normal("y", b * squares, 1.0, observed=rng.normal(size=60))
+    pdp.PerRowLikelihood(model)
+
+
 def _flagged(kind: str) -> pm.Model:
     """A regression whose every term shifts by 5 when a flag over all people is set: a
     threshold no trial reaches, a membership test for one value, an integer code beyond."""
@@ -558,13 +580,15 @@ def _flagged(kind: str) -> pm.Model:
             # another person's row, reversed or rolled into hers (second review)
             "reversed": pt.abs(xd[::-1] - 0.4242) < 1e-9,
             "rolled": pt.eq(pt.roll(gd, 1), 5),
+            # a scan over people carrying "seen t so far?" into every later row
+            "carried": _running_any(pt.abs(xd - 0.4242) < 1e-9) if kind == "carried" else 0,
         }[kind]
         pm.Normal("y", a[gd] * xd + 5.0 * flag, 1.0, observed=rng.normal(size=60))
     return model
 
 
 @pytest.mark.parametrize(
-    "kind", ["threshold", "membership", "code", "pinned", "reversed", "rolled"]
+    "kind", ["threshold", "membership", "code", "pinned", "reversed", "rolled", "carried"]
 )
 def test_a_flag_over_all_people_that_no_trial_reaches_is_not_row_local(kind):
     """Review: ``max(X) > 1e5`` or ``any(|X - t| < 1e-9)`` (is person t in the data?) on the
