@@ -30,7 +30,7 @@ bench: venv
 
 # Refit DP Barker's logistic correction distribution (deterministic) into pymc_dp/data/.
 correction: venv
-	$(PY) -c "from pymc_dp.step_methods.barker_correction import main; main([])"
+	$(PY) -c "from pymc_dp.step_methods.fit_barker_correction import main; main([])"
 
 lint: venv
 	$(PY) -m ruff check pymc_dp tests benchmarks

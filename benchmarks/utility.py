@@ -45,7 +45,7 @@ import numpy as np
 import pymc_dp as pdp
 from benchmarks import fit_floor, realdata
 from benchmarks.timing import format_table
-from pymc_dp.warmstart import WarmStartError
+from pymc_dp.tuning.warm_start import WarmStartError
 
 __all__ = [
     "FIT_HEADER",

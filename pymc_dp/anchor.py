@@ -49,6 +49,8 @@ from pymc_dp.noise import NoiseSource
 
 __all__ = [
     "ANCHOR_NAME",
+    "INDEPENDENT_SHARE",
+    "LOCAL_TARGET_ACCEPT",
     "Anchor",
     "AnchoredRatio",
     "release_anchor",
@@ -57,6 +59,14 @@ __all__ = [
 ]
 
 ANCHOR_NAME = "gradient sum at the Taylor anchor"
+#: Share of an anchored DPPenalty's proposals drawn independently from the fit; the rest are
+#: guided-walk moves in its metric, which reach the posterior when the fit missed it (a warm start
+#: 10 posterior sds off left a pure independence chain at 0.5% acceptance) and let the windows
+#: re-centre the independence proposal. Here, below the step and its simulation
+#: (:mod:`pymc_dp.mixing`), which both read it.
+INDEPENDENT_SHARE = 0.8
+#: Acceptance the local moves' scale adapts to (one-coordinate moves under a small test noise).
+LOCAL_TARGET_ACCEPT = 0.4
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from pymc_dp.accounting._validate import _as_float, check_count, check_delta, check_positive
+from pymc_dp.checks import _as_float, check_count, check_delta, check_positive
 
 __all__ = [
     "AuditResult",
@@ -107,7 +107,7 @@ Statistic = Callable[[Any], float]
 
 
 # --------------------------------------------------------------------------------------------
-# Argument checks (the package's own, from pymc_dp.accounting._validate, which imports no PyMC;
+# Argument checks (the package's own, from pymc_dp.checks, which imports no PyMC;
 # check_delta(x, name) is its open-unit-interval check, also used for alpha and confidence)
 # --------------------------------------------------------------------------------------------
 
@@ -1062,7 +1062,7 @@ def barker_iteration(
 
 class _ExpfamRelease:
     def __init__(self, data0, data1, family, epsilon, direction, family_kwargs) -> None:
-        from pymc_dp.accounting._validate import check_epsilon
+        from pymc_dp.checks import check_epsilon
         from pymc_dp.expfam.families import get_family
         from pymc_dp.expfam.release import release
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pymc_dp.accounting._validate import check_positive
+from pymc_dp.checks import check_positive
 
 __all__ = ["GLMClip", "glm_clip"]
 

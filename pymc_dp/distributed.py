@@ -10,7 +10,7 @@ rows. Each worker holds its partitions in memory with the compiled per-row kerne
 iteration the driver sends the parameters, gathers one number (or one d-vector) per worker, adds
 them, and the step adds the noise once, centrally, exactly as in memory. A Poisson minibatch is
 local: the driver sends the batch's secret key and each worker draws which of its rows are in
-it (:class:`~pymc_dp.step_methods.minibatch.PoissonBatch`: the same inclusions as in memory). A
+it (:class:`~pymc_dp.batches.PoissonBatch`: the same inclusions as in memory). A
 fixed-size batch is drawn on the driver with the same secret generator as in memory (O(b) per
 iteration, never O(n)) and each worker sums its rows of it. The rows never reach the driver,
 and nothing about them leaves a worker but these sums and the per-row checks' verdicts: rows are
@@ -293,7 +293,7 @@ class DistributedLikelihood(PerRowLikelihood):
         return _gathered(method, futures)
 
     def draw_batch(self, rng: np.random.Generator, b: int, sampling: str):
-        from pymc_dp.step_methods.minibatch import PoissonBatch
+        from pymc_dp.batches import PoissonBatch
 
         if sampling == "poisson":  # the key only: the workers draw their rows' inclusions
             return PoissonBatch.draw(rng, self.n_rows, b)
@@ -304,7 +304,7 @@ class DistributedLikelihood(PerRowLikelihood):
             raise NotImplementedError("Rows in a Dask cluster: no exact diagnostics.")
         prior = self._prior_value_fn
         if batch:
-            from pymc_dp.step_methods.minibatch import PoissonBatch
+            from pymc_dp.batches import PoissonBatch
 
             def batch_kernel(q_new, q_old, bound, idx):
                 if isinstance(idx, PoissonBatch):

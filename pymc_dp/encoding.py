@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pymc_dp.accounting._validate import _as_float
 from pymc_dp.bounds import GLMClip, glm_clip
+from pymc_dp.checks import _as_float
 
 __all__ = ["Encoded", "RangeSpec", "encode_covariates"]
 

@@ -183,9 +183,7 @@ def split_columns(
                 and k_out <= max_columns
                 and all(len(cols[i]) in (1, k_out) for i in mapped)
             ):
-                per_col = [
-                    op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k_out)
-                ]
+                per_col = [op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k_out)]
                 for t, o in enumerate(node.outputs):
                     cols[o] = [per_col[j][t] for j in range(k_out)]
                 continue

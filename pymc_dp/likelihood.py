@@ -47,6 +47,7 @@ from pytensor.tensor.type import TensorType, discrete_dtypes
 
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
 from pymc_dp.kernel_rewrites import common_factor, hessian_fn, numpy_mode, optimise_rows
+from pymc_dp.spending import data_fingerprint
 
 __all__ = ["PerRowLikelihood", "model_likelihood"]
 
@@ -113,8 +114,6 @@ def model_likelihood(
     budget and no noise (:meth:`DPStep.renew` has always shared them), and each is called by one
     thread at a time.
     """
-    from pymc_dp.step_methods.spending import data_fingerprint
-
     graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
     before = data_fingerprint(model, graph, rows_only=True)
     made = PerRowLikelihood(model, vars, graph=graph, compile_kwargs=compile_kwargs)
@@ -537,8 +536,8 @@ class PerRowLikelihood:
     # ------------------------------------------------------------------ fused hot-path kernels
     def draw_batch(self, rng: np.random.Generator, b: int, sampling: str):
         """Row indices of one minibatch, drawn with the secret generator ``rng``, in the form
-        the batch kernels take (:func:`pymc_dp.step_methods.minibatch.draw_batch`)."""
-        from pymc_dp.step_methods.minibatch import draw_batch
+        the batch kernels take (:func:`pymc_dp.batches.draw_batch`)."""
+        from pymc_dp.batches import draw_batch
 
         return draw_batch(rng, self.n_rows, b, sampling)
 

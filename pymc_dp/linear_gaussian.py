@@ -40,8 +40,8 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.tensor.random.basic import NormalRV
 
-from pymc_dp.accounting._validate import check_positive
 from pymc_dp.accounting.ledger import GaussianMechanism
+from pymc_dp.checks import check_positive
 from pymc_dp.graph import _CHECK_MODE, DataInput, _value_of
 from pymc_dp.noise import NoiseSource
 

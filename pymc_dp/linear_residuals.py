@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from pymc_dp.accounting._validate import check_positive, check_probability
 from pymc_dp.accounting.ledger import GaussianMechanism
+from pymc_dp.checks import check_positive, check_probability
 from pymc_dp.linear_gaussian import GramRelease, encode_rows, release_gram
 from pymc_dp.noise import NoiseSource
 

@@ -1,7 +1,7 @@
 r"""How well an anchored chain will mix, predicted by simulating it on a Gaussian posterior.
 
 An anchored :class:`~pymc_dp.DPPenalty` (``hess_clip``, :mod:`pymc_dp.anchor`) mixes an
-independence proposal (a share :data:`~pymc_dp.step_methods.anchoring.INDEPENDENT_SHARE` of its
+independence proposal (a share :data:`~pymc_dp.anchor.INDEPENDENT_SHARE` of its
 iterations) with one-coordinate guided-walk moves, and tests each with the penalty test whose
 noise is known before the data are read: ``sigma = 2 s C |q' - q| (|q - a| + |q' - a|) / 2``
 (``s`` the noise multiplier, ``C`` the bound on the rows' curvature, ``a`` the anchor). Its ESS
@@ -9,7 +9,7 @@ therefore depends on three things a closed form gets wrong together:
 
 * **the Hastings term.** The independence proposal is the warm start's noise-aware Gaussian,
   then the warm-up draws' ESS-weighted mean and covariance
-  (:class:`~pymc_dp.step_methods.adaptation.WindowedCovariance`): it is off the posterior by
+  (:class:`~pymc_dp.tuning.adaptation.WindowedCovariance`): it is off the posterior by
   the error of a mean and a covariance from a few dozen effective draws, and the log ratio of
   posterior to proposal enters every test;
 * **a fixed point.** How well the proposal is estimated depends on how well the chain mixed
@@ -36,8 +36,8 @@ import numpy as np
 from arviz_stats.base import array_stats
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_dp.step_methods.adaptation import WindowedCovariance
-from pymc_dp.step_methods.anchoring import INDEPENDENT_SHARE, LOCAL_TARGET_ACCEPT
+from pymc_dp.anchor import INDEPENDENT_SHARE, LOCAL_TARGET_ACCEPT
+from pymc_dp.tuning.adaptation import WindowedCovariance
 
 __all__ = ["REPLICATES", "run_diagnostics", "simulate_anchored_chain", "simulated_draws"]
 

@@ -78,14 +78,14 @@ from pymc.model import Model, modelcontext
 from pymc.pytensorf import join_nonshared_inputs
 from scipy.special import ndtr, ndtri
 
-from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.checks import check_count, check_epsilon, check_positive
 from pymc_dp.graph import analyse
 from pymc_dp.kernel_rewrites import hessian_fn
 from pymc_dp.mixing import simulate_anchored_chain
 from pymc_dp.step_methods.anchoring import ANCHORED_WARM_START, DEFAULT_ANCHOR_SHARE
 from pymc_dp.step_methods.base import default_delta
-from pymc_dp.warmstart import LAST_SHARE
+from pymc_dp.tuning.warm_start import LAST_SHARE
 
 __all__ = ["Plan", "plan"]
 

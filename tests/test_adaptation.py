@@ -1,4 +1,4 @@
-"""Windowed covariance adaptation (pymc_dp.step_methods.adaptation): Stan's schedule, the
+"""Windowed covariance adaptation (pymc_dp.tuning.adaptation): Stan's schedule, the
 ESS-weighted pooled estimate, and its correction for autocorrelated draws."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_dp.step_methods.adaptation import (
+from pymc_dp.tuning.adaptation import (
     WindowedCovariance,
     adaptation_windows,
     window_ess,

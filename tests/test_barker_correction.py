@@ -16,10 +16,9 @@ from scipy.special import expit
 from pymc_dp.step_methods.barker_correction import (
     DATA_FILE,
     CorrectionDistribution,
-    fit_correction,
     load_correction,
-    main,
 )
+from pymc_dp.step_methods.fit_barker_correction import fit_correction, main
 
 TARGET_VARIANCE = math.pi**2 / 3 - 2.0
 # Heikkilä et al. (2019) report 2.45e-3 for their 100-component mixture.

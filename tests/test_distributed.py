@@ -142,8 +142,8 @@ def test_dask_rows_give_the_in_memory_draws(client, rows, kind):
 def test_a_poisson_batch_travels_as_its_key_and_is_drawn_on_the_workers(client, rows, monkeypatch):
     """Poisson subsampling is local: the driver sends the batch's key, never row indices (the
     driver-side split is disabled here), and the draws still equal the in-memory run's."""
+    from pymc_dp.batches import PoissonBatch
     from pymc_dp.distributed import _Binding
-    from pymc_dp.step_methods.minibatch import PoissonBatch
 
     x, y, dx, dy = rows
     memory = _sample(_model(x, y), STEPS["minibatch_poisson"])

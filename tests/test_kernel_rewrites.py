@@ -16,7 +16,7 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor
 
 import pymc_dp as pdp
-from pymc_dp.step_methods.minibatch import draw_batch
+from pymc_dp.batches import draw_batch
 
 N, D = 500, 4
 

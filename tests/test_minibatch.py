@@ -1,4 +1,4 @@
-"""Minibatch draws (pymc_dp.step_methods.minibatch): a Poisson batch includes each row
+"""Minibatch draws (pymc_dp.batches): a Poisson batch includes each row
 independently with probability q, and is the same whoever draws which range of rows."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from pymc_dp.step_methods.minibatch import POISSON_BLOCK, PoissonBatch, draw_batch
+from pymc_dp.batches import POISSON_BLOCK, PoissonBatch, draw_batch
 
 N = 2 * POISSON_BLOCK + 12_345  # three blocks, the last one short
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import pymc_dp as pdp
 from pymc_dp.graph import analyse
 from pymc_dp.noise import NoiseSource
-from pymc_dp.warmstart import WarmStartError, warm_start
+from pymc_dp.tuning.warm_start import WarmStartError, warm_start
 
 N = 80
 RUN = dict(draws=6, tune=2, chains=2, cores=1, progressbar=False, compute_convergence_checks=False)

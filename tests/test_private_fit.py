@@ -13,7 +13,14 @@ import pytest
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_mu_for_budget
 from pymc_dp.noise import NoiseSource
-from pymc_dp.warmstart import _Line, _retreat, _unpack, _walk_remaining, choose_clip, warm_start
+from pymc_dp.tuning.warm_start import (
+    _Line,
+    _retreat,
+    _unpack,
+    _walk_remaining,
+    choose_clip,
+    warm_start,
+)
 
 N, D = 400, 3
 FAST = {"mode": "FAST_COMPILE"}  # small models: compile in Python in a second

@@ -14,10 +14,10 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 import pymc_dp as pdp
 from pymc_dp.accounting import gaussian_epsilon, gaussian_mu_for_budget
 from pymc_dp.noise import NoiseSource
-from pymc_dp.step_methods import adaptation
-from pymc_dp.step_methods.adaptation import WindowedCovariance
 from pymc_dp.step_methods.penalty import TARGET_ACCEPT
-from pymc_dp.warmstart import warm_start
+from pymc_dp.tuning import adaptation
+from pymc_dp.tuning.adaptation import WindowedCovariance
+from pymc_dp.tuning.warm_start import warm_start
 
 N, D = 20_000, 3
 BETA = np.array([0.3, 1.0, -0.5])

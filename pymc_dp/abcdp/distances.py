@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.spatial.distance import pdist
 
-from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.checks import check_count, check_positive
 from pymc_dp.evaluation import kernel_mean
 
 __all__ = ["Distance", "MMD", "SummaryDistance", "median_heuristic"]

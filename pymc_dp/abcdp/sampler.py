@@ -34,8 +34,8 @@ from pymc_dp.abcdp.public import (
     simulator_model,
 )
 from pymc_dp.abcdp.svt import SparseVector, noise_scale
-from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
+from pymc_dp.checks import check_count, check_epsilon, check_positive
 from pymc_dp.noise import NoiseSource
 
 __all__ = ["prior_predictive_distances", "sample_abcdp", "sample_abc_nonprivate"]

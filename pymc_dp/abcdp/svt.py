@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pymc_dp.accounting._validate import check_count, check_epsilon, check_positive
+from pymc_dp.checks import check_count, check_epsilon, check_positive
 
 __all__ = ["SparseVector", "flip_probability", "noise_scale", "svt_epsilon"]
 

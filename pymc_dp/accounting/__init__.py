@@ -10,7 +10,7 @@
   RDP amplification by fixed-size sampling without replacement (WBK19 Theorem 9).
 """
 
-from ._validate import (
+from pymc_dp.checks import (
     check_count,
     check_delta,
     check_epsilon,
@@ -18,6 +18,7 @@ from ._validate import (
     check_positive,
     check_probability,
 )
+
 from .barker import (
     barker_epsilon,
     barker_epsilon_curve,

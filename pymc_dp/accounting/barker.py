@@ -40,7 +40,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_count, check_delta, check_epsilon
+from pymc_dp.checks import check_count, check_delta, check_epsilon
+
 from .rdp import largest_count, rdp_epsilon_curve, rdp_to_epsilon_best, wor_subsampled_rdp
 
 __all__ = [

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, special
 
-from ._validate import (
+from pymc_dp.checks import (
     _check_array,
     check_count,
     check_delta,

@@ -31,8 +31,8 @@ import numpy as np
 from dp_accounting import pld
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from pymc_dp.accounting._validate import check_delta
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu
+from pymc_dp.checks import check_delta
 
 __all__ = [
     "BarkerMechanism",

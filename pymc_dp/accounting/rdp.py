@@ -46,7 +46,7 @@ from dp_accounting import rdp as dp_rdp
 from dp_accounting.privacy_accountant import NeighboringRelation
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_count, check_delta, check_positive, check_probability
+from pymc_dp.checks import check_count, check_delta, check_positive, check_probability
 
 __all__ = [
     "DEFAULT_ORDERS",

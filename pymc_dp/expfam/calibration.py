@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from pymc_dp.accounting._validate import check_count, check_epsilon
+from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam._random import laplace
 from pymc_dp.expfam.families import Family
 from pymc_dp.expfam.gibbs import exact_posterior, gibbs, naive_posterior

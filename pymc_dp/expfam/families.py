@@ -36,8 +36,8 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import log_ndtr
 
-from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.boundary import DataRefusal
+from pymc_dp.checks import check_count, check_positive
 
 __all__ = [
     "Binomial",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pymc_dp.accounting._validate import check_count, check_epsilon
+from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam._random import inverse_gaussian, truncated_normal
 from pymc_dp.expfam.families import Binomial, Family, Multinomial, TruncatedFamily
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pymc_dp.accounting._validate import check_count, check_epsilon
 from pymc_dp.accounting.ledger import PrivacyLedger, PureDPMechanism
+from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam.families import Family, family_from_dict, get_family
 from pymc_dp.noise import NoiseSource
 

@@ -34,7 +34,7 @@ from pytensor.graph.traversal import ancestors, graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from xarray import DataTree
 
-from pymc_dp.accounting._validate import check_count, check_epsilon
+from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam.families import Binomial, Exponential, Family, Multinomial, Normal, Poisson
 from pymc_dp.expfam.gibbs import gibbs, naive_posterior
 from pymc_dp.expfam.release import RELEASE_ATTR, NoisyStatistic, release_statistic

@@ -12,7 +12,7 @@
   group, each group's move tested on its own rows);
 * :mod:`~pymc_dp.step_methods.suffstats`: :class:`DPSuffStats` (Normal linear regression: its
   sufficient statistics released in two stages, NUTS on the noise-aware posterior);
-* :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.step_methods.minibatch`: proposals
+* :mod:`~pymc_dp.step_methods.proposals` and :mod:`~pymc_dp.batches`: proposals
   and secret batches shared by the Metropolis-type steps.
 """
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_dp.accounting._validate import check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import GaussianMechanism
-from pymc_dp.anchor import ANCHOR_NAME, Anchor, AnchoredRatio, release_anchor
+from pymc_dp.anchor import (
+    ANCHOR_NAME,
+    INDEPENDENT_SHARE,
+    LOCAL_TARGET_ACCEPT,
+    Anchor,
+    AnchoredRatio,
+    release_anchor,
+)
+from pymc_dp.checks import check_positive
 from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.noise import NoiseSource
 
@@ -34,13 +41,6 @@ __all__ = [
 #: 0.1 / 0.6: 0.08-0.37, ESS 573-738 (the chains keep 0.3 in both).
 DEFAULT_ANCHOR_SHARE = 0.6
 ANCHORED_WARM_START = 0.1
-#: Share of an anchored DPPenalty's proposals drawn independently from the fit; the rest are
-#: guided-walk moves in its metric, which reach the posterior when the fit missed it (a warm start
-#: 10 posterior sds off left a pure independence chain at 0.5% acceptance) and let the windows
-#: re-centre the independence proposal.
-INDEPENDENT_SHARE = 0.8
-#: Acceptance the local moves' scale adapts to (one-coordinate moves under a small test noise).
-LOCAL_TARGET_ACCEPT = 0.4
 #: Noise stream of the anchor's release (the warm start uses 2**31 - 1, chains 0, 1, ...).
 _ANCHOR_STREAM = 2**31 - 2
 #: The per-iteration release of an anchored step.
@@ -138,8 +138,8 @@ class AnchoredStep:
         same). DPHMC is predicted as DPPenalty (its trajectories are not
         modelled). ``replicates``: simulated runs (default :data:`pymc_dp.mixing.REPLICATES`;
         fewer is faster and noisier)."""
-        from pymc_dp.accounting._validate import check_count
         from pymc_dp.anchor import tilt_sds
+        from pymc_dp.checks import check_count
         from pymc_dp.mixing import simulate_anchored_chain
 
         if not self.anchored:

@@ -30,10 +30,10 @@ from typing import ClassVar
 import numpy as np
 
 from pymc_dp.accounting.barker import barker_orders
+from pymc_dp.batches import check_batch
 from pymc_dp.mechanisms import BarkerTest
 from pymc_dp.step_methods.barker_correction import load_correction
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.minibatch import check_batch
 from pymc_dp.step_methods.proposals import RandomWalkProposal
 
 __all__ = ["DPBarker"]

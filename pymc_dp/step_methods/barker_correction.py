@@ -10,28 +10,27 @@ grows without bound, so no exact ``V_corr`` exists: it is approximated by a symm
     V_corr ~ sum_k w_k / 2 * (N(m_k, v_k) + N(-m_k, v_k)),   sum_k w_k = 1,
 
 chosen so that the CDF of ``N(0, C) + V_corr`` (a Gaussian mixture with variances ``C + v_k``) is
-uniformly close to the logistic CDF. :func:`fit_correction` finds the minimax (sup-norm) fit with a
-linear program over the weights of candidate means on a grid, with ``Var(V_corr) = pi^2/3 - C``
-imposed exactly. For ``C = 2`` the optimum is 5.89e-4 and refining the candidate grid (point masses
-approximate any distribution) does not lower it, so about 5.9e-4 is the best any ``V_corr``
+uniformly close to the logistic CDF. The minimax (sup-norm) fit
+(:func:`~pymc_dp.step_methods.fit_barker_correction.fit_correction`) is a linear program over the
+weights of candidate means on a grid, with ``Var(V_corr) = pi^2/3 - C`` imposed exactly. For
+``C = 2`` the optimum is 5.89e-4 and refining the candidate grid (point masses approximate any
+distribution) does not lower it, so about 5.9e-4 is the best any ``V_corr``
 achieves (Heikkilä et al. report 2.45e-3 for their 100-component mixture); it falls quickly for
 smaller ``C`` (about 3e-5 at ``C = 1.5``, 1e-7 at ``C = 1``) and rises for larger ``C``
 (3.8e-3 at ``C = 2.5``).
 
-The fit for ``C = 2`` ships in ``pymc_dp/data/barker_correction_C2.json``; regenerate it with
-``python -m pymc_dp.step_methods.barker_correction [--C 2.0] [--out PATH]``.
+The fit for ``C = 2`` ships in ``pymc_dp/data/barker_correction_C2.json``; the fitter and its
+command line (``make correction``) are in :mod:`pymc_dp.step_methods.fit_barker_correction`: this
+module is what a run reads.
 """
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import functools
 import importlib.resources
-import inspect
 import json
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,17 +38,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import linprog
 from scipy.special import expit, ndtr
 
-from pymc_dp.accounting._validate import check_count, check_nonnegative, check_positive
+from pymc_dp.checks import check_positive
 
 __all__ = [
     "DATA_FILE",
     "CorrectionDistribution",
-    "fit_correction",
     "load_correction",
-    "main",
 ]
 
 #: Name of the shipped fit for ``C = 2`` inside ``pymc_dp/data``.
@@ -309,110 +305,6 @@ class CorrectionDistribution:
         return cls.from_dict(json.loads(text))
 
 
-def fit_correction(
-    C: float = 2.0,
-    n_components: int = 201,
-    max_mean: float = 10.0,
-    component_variance: float = 0.0,
-    x_max: float = 20.0,
-    n_grid: int = 1001,
-    match_variance: bool = True,
-) -> CorrectionDistribution:
-    """Minimax fit of the correction distribution by linear programming.
-
-    Candidate means are ``linspace(0, max_mean, n_components)``, all with variance
-    ``component_variance``. The linear program (HiGHS, deterministic) minimises ``t`` subject to
-    ``|A w - expit(x)| <= t`` on ``x = linspace(0, x_max, n_grid)``, ``w >= 0``, ``sum w = 1`` and,
-    if ``match_variance``, ``Var(V_corr) = pi^2/3 - C``. By symmetry the error at ``-x`` is minus
-    the error at ``x``, so only ``x >= 0`` is needed. Components with zero weight are dropped;
-    the optimum is sparse (5 of the 201 default candidates for ``C = 2``).
-
-    Parameters
-    ----------
-    C : float, default 2.0
-        Variance of the Gaussian part, ``0 < C < pi^2/3``.
-    n_components : int, default 201
-        Number of candidate means (spacing 0.05 by default; finer grids change the error by <1e-7
-        for ``C = 2``).
-    max_mean : float, default 10.0
-        Largest candidate mean. The ``C = 2`` optimum uses means up to about 7.9.
-    component_variance : float, default 0.0
-        Variance of every component of ``V_corr``. Zero (point masses) is optimal: a positive
-        variance only smooths the fit further, and any mixture with positive variance is itself a
-        limit of point-mass mixtures. Positive values give a continuous ``V_corr`` at a small cost
-        (for ``C = 2``: 5.92e-4 at 0.001, 6.16e-4 at 0.01).
-    x_max : float, default 20.0
-        Right end of the fitting grid; beyond it both CDFs are within 2.1e-9 of 1.
-    n_grid : int, default 1001
-        Number of fitting grid points.
-    match_variance : bool, default True
-        Impose ``Var(V_corr) = pi^2/3 - C`` exactly (up to the solver's 1e-7 feasibility
-        tolerance). For ``C = 2`` this costs 2e-6 in sup error; without it the minimax fit has
-        ``Var(V_corr) = 1.338``.
-
-    Returns
-    -------
-    CorrectionDistribution
-        The fitted correction, with only the non-zero-weight components.
-
-    Raises
-    ------
-    ValueError
-        If an argument is out of range (the message names it), or the variance constraint is
-        infeasible (``component_variance`` above ``pi^2/3 - C`` or ``max_mean`` too small).
-    RuntimeError
-        If the linear program fails.
-    """
-    C = _check_C(C)
-    n_components = check_count(n_components, "n_components", minimum=2)
-    max_mean = check_positive(max_mean, "max_mean")
-    v = check_nonnegative(component_variance, "component_variance")
-    x_max = check_positive(x_max, "x_max")
-    n_grid = check_count(n_grid, "n_grid", minimum=2)
-    target = LOGISTIC_VARIANCE - C
-    if match_variance and not v <= target <= max_mean**2 + v:
-        raise ValueError(
-            f"Var(V_corr) = pi^2/3 - C = {target:.6f} is unreachable with "
-            f"`component_variance`={v} and `max_mean`={max_mean}"
-        )
-
-    means = np.linspace(0.0, max_mean, n_components)
-    x = np.linspace(0.0, x_max, n_grid)
-    design = _pair_cdf(x[:, None], means, np.full(n_components, math.sqrt(C + v)))
-    logistic = expit(x)
-    # Variables (w_1..w_K, t); rows encode A w - t <= F and -A w - t <= -F.
-    ones = np.ones((n_grid, 1))
-    a_ub = np.block([[design, -ones], [-design, -ones]])
-    b_ub = np.concatenate([logistic, -logistic])
-    a_eq = [np.append(np.ones(n_components), 0.0)]
-    b_eq = [1.0]
-    if match_variance:
-        a_eq.append(np.append(means**2 + v, 0.0))
-        b_eq.append(target)
-    cost = np.zeros(n_components + 1)
-    cost[-1] = 1.0
-    res = linprog(
-        cost,
-        A_ub=a_ub,
-        b_ub=b_ub,
-        A_eq=np.array(a_eq),
-        b_eq=b_eq,
-        bounds=(0.0, None),
-        method="highs",
-    )
-    if res.status != 0:
-        raise RuntimeError(f"linear program failed: {res.message}")
-    weights = res.x[:-1]
-    # Simplex solutions are exact zeros off the basis; the threshold only guards against -0/1e-300.
-    keep = weights > 1e-15
-    return CorrectionDistribution(
-        C=C,
-        means=means[keep],
-        weights=weights[keep] / weights[keep].sum(),
-        variances=np.full(int(keep.sum()), v),
-    )
-
-
 def _data_path() -> Path:
     """Writable path of the shipped data file inside the source tree (for regeneration)."""
     return Path(__file__).resolve().parent.parent / "data" / DATA_FILE
@@ -430,7 +322,8 @@ def load_correction(C: float = 2.0) -> CorrectionDistribution:
     """Load the shipped correction distribution (cached; the result is immutable).
 
     Only ``C = 2`` is shipped, because the DP Barker test fixes ``C`` once per run and refitting
-    takes about a second. For another ``C`` call :func:`fit_correction` (and keep the result).
+    takes about a second. For another ``C`` call
+    :func:`~pymc_dp.step_methods.fit_barker_correction.fit_correction` (and keep the result).
 
     Parameters
     ----------
@@ -451,70 +344,8 @@ def load_correction(C: float = 2.0) -> CorrectionDistribution:
     if C != SHIPPED_C:
         raise ValueError(
             f"only C = {SHIPPED_C:g} is shipped, got `C`={C}; fit it instead with "
-            f"`pymc_dp.step_methods.barker_correction.fit_correction(C={C})` (about a second), "
-            f"or save one with `python -m pymc_dp.step_methods.barker_correction --C {C} "
+            f"`pymc_dp.step_methods.fit_barker_correction.fit_correction(C={C})` (about a second), "
+            f"or save one with `python -m pymc_dp.step_methods.fit_barker_correction --C {C} "
             "--out PATH` and load it with `CorrectionDistribution.from_json`"
         )
     return _load_shipped()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: fit the correction for ``--C`` and write it with its metadata as JSON.
-
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        Arguments (default ``sys.argv[1:]``).
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m pymc_dp.step_methods.barker_correction",
-        description="Fit the Barker-test correction distribution and save it as JSON.",
-    )
-    parser.add_argument("--C", type=float, default=SHIPPED_C, help="Gaussian variance (2.0)")
-    parser.add_argument(
-        "--out", type=Path, default=None, help=f"output file (default: pymc_dp/data/{DATA_FILE})"
-    )
-    args = parser.parse_args(argv)
-    if args.out is None and args.C != SHIPPED_C:
-        parser.error("--out is required when --C is not 2 (only C = 2 ships with the package)")
-    out = _data_path() if args.out is None else args.out
-
-    fit_options = {"C": args.C}
-    start = time.perf_counter()
-    try:
-        dist = fit_correction(**fit_options)
-    except ValueError as exc:  # bad --C: usage message instead of a traceback
-        parser.error(str(exc))
-    fit_seconds = time.perf_counter() - start
-    error = dist.sup_cdf_error()
-    text = dist.to_json(
-        variance=dist.variance,
-        target_variance=dist.target_variance,
-        sup_cdf_error=error,
-        error_grid={"start": ERROR_GRID[0], "stop": ERROR_GRID[1], "num": ERROR_GRID[2]},
-        fit_options={**_fit_defaults(), **fit_options},
-        generated_by=(
-            "python -m pymc_dp.step_methods.barker_correction (minimax linear program, "
-            "scipy.optimize.linprog/HiGHS, deterministic); sup_cdf_error is "
-            "max |convolved_cdf - expit| over error_grid"
-        ),
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({dist.n_components} components, fit in {fit_seconds:.2f} s)")
-    print(f"sup |CDF error|      = {error:.6e}")
-    print(f"Var(V_corr)          = {dist.variance:.12f}")
-    print(f"pi^2/3 - C (target)  = {dist.target_variance:.12f}")
-
-
-def _fit_defaults() -> dict[str, Any]:
-    """Default keyword arguments of :func:`fit_correction` (recorded in the data file)."""
-    return {
-        name: p.default
-        for name, p in inspect.signature(fit_correction).parameters.items()
-        if p.default is not inspect.Parameter.empty
-    }
-
-
-if __name__ == "__main__":
-    main()

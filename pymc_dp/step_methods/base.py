@@ -36,14 +36,14 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import CompoundStep
 from pymc.util import RandomGenerator
 
-from pymc_dp.accounting._validate import (
+from pymc_dp.accounting.ledger import PrivacyLedger
+from pymc_dp.boundary import guarded
+from pymc_dp.checks import (
     check_delta,
     check_epsilon,
     check_nonnegative,
     check_positive,
 )
-from pymc_dp.accounting.ledger import PrivacyLedger
-from pymc_dp.boundary import guarded
 from pymc_dp.graph import _check_initvals as check_initvals
 from pymc_dp.likelihood import PerRowLikelihood, model_likelihood
 from pymc_dp.mechanisms import Mechanism
@@ -51,8 +51,8 @@ from pymc_dp.noise import NoiseSource
 from pymc_dp.prior_block import PriorBlock
 from pymc_dp.runplan import PrivacyBudgetError, RunPlan, make_plan
 from pymc_dp.runplan import max_iterations as _max_iterations
-from pymc_dp.step_methods.adaptation import WindowedCovariance
-from pymc_dp.step_methods.spending import SpendRecord, data_fingerprint
+from pymc_dp.spending import SpendRecord, data_fingerprint
+from pymc_dp.tuning.adaptation import WindowedCovariance
 
 __all__ = [
     "DELTA_RULE",
@@ -161,9 +161,9 @@ class DPStep(ArrayStepShared):
         :mod:`pymc_dp.noise`); slower, cannot be seeded.
     warm_start : float, optional
         Share of the budget (of its Gaussian privacy loss mu) spent, when the step is created, on
-        a private warm start (:mod:`pymc_dp.warmstart`): noisy Newton steps to the posterior mode
-        and a noise-aware Laplace fit. Every chain then starts from a draw of that fit, and
-        zero-tuning steps take their proposal covariance or mass matrix from it. Needs
+        a private warm start (:mod:`pymc_dp.tuning.warm_start`): noisy Newton steps to the
+        posterior mode and a noise-aware Laplace fit. Every chain then starts from a draw of that
+        fit, and zero-tuning steps take their proposal covariance or mass matrix from it. Needs
         ``epsilon``; the ledger records it once per run. Default: ``DEFAULT_WARM_START`` (0.5)
         for zero-tuning steps (no proposal scale or step size given), else 0.
     diagnostics : bool
@@ -421,7 +421,7 @@ class DPStep(ArrayStepShared):
 
     def _shape_mask(self) -> np.ndarray | None:
         """Coordinates whose covariance adapts from the warm-up draws (the data-touching ones);
-        None: no covariance adaptation (see :mod:`pymc_dp.step_methods.adaptation`)."""
+        None: no covariance adaptation (see :mod:`pymc_dp.tuning.adaptation`)."""
         return self._active if self._auto and self.adapt_covariance else None
 
     def _set_shape(self, cov: np.ndarray) -> None:
@@ -453,7 +453,7 @@ class DPStep(ArrayStepShared):
         if self.epsilon is None:
             raise ValueError("`warm_start` needs `epsilon`: its share is a share of the budget.")
         from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_budget
-        from pymc_dp.warmstart import WarmStartError, warm_start
+        from pymc_dp.tuning.warm_start import WarmStartError, warm_start
 
         mu = self.warm_start_share * gaussian_mu_for_budget(self.epsilon, self.delta)
         noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)

@@ -55,12 +55,12 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor
 from pytensor.tensor.variable import TensorConstant
 
-from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.anchor import ANCHOR_NAME, release_anchor
 from pymc_dp.boundary import guarded
 from pymc_dp.bounds import GLMClip
+from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.noise import NoiseSource

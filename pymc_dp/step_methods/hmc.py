@@ -12,7 +12,7 @@ from pymc.step_methods.hmc.quadpotential import (
 )
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_dp.accounting._validate import check_count, check_positive
+from pymc_dp.checks import check_count, check_positive
 from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
 from pymc_dp.step_methods.anchoring import ANCHORED_TEST, AnchoredStep
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
@@ -113,7 +113,7 @@ class DPHMC(AnchoredStep, DPStep):
     adapt_covariance : bool, optional
         Zero tuning only (default on there): during tuning, re-estimate the inverse mass matrix
         from the chain's warm-up draws on Stan's window schedule, pooled with the warm start's
-        and weighted by each window's ESS (:mod:`~pymc_dp.step_methods.adaptation`), as PyMC's
+        and weighted by each window's ESS (:mod:`~pymc_dp.tuning.adaptation`), as PyMC's
         NUTS adapts its mass matrix. Post-processing of released draws: no budget.
     hess_clip : float, optional
         Zero tuning only: a public bound on the Frobenius norm of one row's log-likelihood

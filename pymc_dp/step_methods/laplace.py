@@ -1,7 +1,7 @@
 """DPLaplace: draws from a noise-aware Laplace approximation fitted privately, once.
 
-All of the budget goes to the private fit of :mod:`pymc_dp.warmstart`: a few noisy Newton steps
-to the posterior mode, each releasing the model's curvature and its gradient whitened by the
+All of the budget goes to the private fit of :mod:`pymc_dp.tuning.warm_start`: a few noisy Newton
+steps to the posterior mode, each releasing the model's curvature and its gradient whitened by the
 previous release (every direction in posterior sds, clipped at a privately chosen quantile). The
 fit is a Gaussian in the model's unconstrained coordinates: the Laplace approximation at the
 private mode estimate, widened by the errors that estimate may carry (privacy noise, a bound on
@@ -27,8 +27,8 @@ from typing import ClassVar
 import numpy as np
 import pytensor.tensor as pt
 
-from pymc_dp.accounting._validate import check_count, check_positive, check_probability
 from pymc_dp.boundary import guarded
+from pymc_dp.checks import check_count, check_positive, check_probability
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model, walk_left
@@ -44,7 +44,7 @@ def _effect_likelihood(likelihood: PerRowLikelihood):
     regression). Kept on ``likelihood`` (the same rows: steps sharing it share these kernels
     too, as they share its own)."""
     from pymc_dp.effects import EffectLikelihood, Effects, find_effects, prior_moments
-    from pymc_dp.step_methods.spending import data_fingerprint
+    from pymc_dp.spending import data_fingerprint
 
     # keyed by the rows' digest: kernels built before a pm.set_data must not serve after it
     key = data_fingerprint(likelihood.model, likelihood.graph, rows_only=True)

@@ -36,9 +36,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from pymc_dp.batches import Sampling, check_batch
 from pymc_dp.mechanisms import SubsampledPenaltyTest
 from pymc_dp.step_methods.base import Stat
-from pymc_dp.step_methods.minibatch import Sampling, check_batch
 from pymc_dp.step_methods.penalty import PenaltyMetropolis
 from pymc_dp.step_methods.proposals import Proposal
 
@@ -88,7 +88,7 @@ class DPMinibatchPenalty(PenaltyMetropolis):
         ``"fixed_size"``: accounted with dp-accounting's RDP for sampling without replacement
         (Wang, Balle & Kasiviswanathan 2019, Thm 27). ``"poisson"``: with its PLD accountant
         (tight up to discretisation). Both under replace-one neighbours. Batches are drawn from
-        the chain's secret noise source (:mod:`~pymc_dp.step_methods.minibatch`).
+        the chain's secret noise source (:mod:`~pymc_dp.batches`).
     epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise, diagnostics
         See :class:`~pymc_dp.step_methods.base.DPStep`. ``noise_multiplier`` is
         :math:`s = \sigma / c`, the thesis' :math:`\sqrt{\tau}`.

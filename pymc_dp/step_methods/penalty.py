@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_dp.accounting._validate import check_positive
+from pymc_dp.checks import check_positive
 from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.step_methods.anchoring import (
     ANCHORED_TEST,
@@ -106,7 +106,7 @@ class PenaltyMetropolis(DPStep):
     at a time, each coordinate scaled so that its privacy noise on the log ratio is the same, and
     the common factor is adapted during tuning by dual averaging towards :data:`TARGET_ACCEPT`,
     from the privatised acceptance probabilities, and ``L`` is re-estimated from the warm-up
-    draws (:mod:`~pymc_dp.step_methods.adaptation`); both are post-processing: no budget.
+    draws (:mod:`~pymc_dp.tuning.adaptation`); both are post-processing: no budget.
     """
 
     #: Acceptance the step aims at (adapted to with zero tuning; a check after sampling).
@@ -250,7 +250,7 @@ class DPPenalty(AnchoredStep, PenaltyMetropolis):
     adapt_covariance : bool, optional
         Zero tuning only (default on there): during tuning, re-estimate the proposal covariance
         from the chain's warm-up draws on Stan's window schedule, pooled with the warm start's
-        and weighted by each window's ESS (:mod:`~pymc_dp.step_methods.adaptation`).
+        and weighted by each window's ESS (:mod:`~pymc_dp.tuning.adaptation`).
         Post-processing of released draws: no budget. ``False`` keeps the warm start's.
     hess_clip : float, optional
         Zero tuning only. A public bound on the Frobenius norm of one row's log-likelihood

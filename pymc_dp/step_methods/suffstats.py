@@ -22,8 +22,8 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
-from pymc_dp.accounting._validate import check_count, check_probability
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
     NotLinearGaussian,
     bounds_for,

@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from pymc_dp.accounting._validate import check_count
+from pymc_dp.checks import check_count
 
 __all__ = ["POISSON_BLOCK", "SAMPLING", "PoissonBatch", "Sampling", "check_batch", "draw_batch"]
 

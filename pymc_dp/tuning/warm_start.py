@@ -81,8 +81,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import brentq
 
-from pymc_dp.accounting._validate import check_count, check_positive
 from pymc_dp.accounting.ledger import GaussianMechanism
+from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.noise import NoiseSource
 
