@@ -786,10 +786,12 @@ class _StepRelease:
 
     def _lend(self, step: Any, rng: np.random.Generator) -> dict[str, Any]:
         from pymc_dp.noise import NoiseSource
+        from pymc_dp.step_methods.chain import ChainState
 
+        # a chain state of the run's own: secret noise from the audit's generator
         attrs: dict[str, Any] = {
             "_plan": self.plan,
-            "_noise": NoiseSource(int(rng.integers(2**63))),
+            "chain": ChainState(NoiseSource(int(rng.integers(2**63)))),
         }
         if self.cache_kernels:
             attrs.update({k: _CachedKernel(getattr(step, k)) for k in self.kernels})
@@ -835,7 +837,7 @@ class _PenaltyRelease(_StepRelease):
         scale = step._scale
         for i in range(size):
             value, _, sensitivity, _ = step._ratio(self.q_new, self.q, self.ratio_arg)
-            log_ratio, sigma = step._test.log_ratio(step._noise, value, sensitivity, scale)
+            log_ratio, sigma = step._test.log_ratio(step.chain.noise, value, sensitivity, scale)
             out[i] = log_ratio + 0.5 * sigma * sigma
         return out
 
@@ -1000,18 +1002,15 @@ class _BarkerIteration(_StepRelease):
 
     def _lend(self, step: Any, rng: np.random.Generator) -> dict[str, Any]:
         attrs = super()._lend(step, rng)
-        attrs.update(
-            _proposal=_FixedProposal(self.q_new),
-            _q_cached=self.q.copy(),
-            _prior_cur=self.prior,
-        )
+        attrs["_proposal"] = _FixedProposal(self.q_new)
+        attrs["chain"].moved_to(self.q.copy(), self.prior)
         return attrs
 
     def _run(self, step: Any, size: int) -> NDArray[np.float64]:
         out = np.empty(size)
         for i in range(size):
-            # _iterate moves the prior cache to q_new on acceptance: reset it to q every run.
-            step._q_cached, step._prior_cur = self.q, self.prior
+            # _iterate moves the chain to q_new on acceptance: put it back at q every run.
+            step.chain.moved_to(self.q, self.prior)
             _, stats = step._iterate(self.q)
             out[i] = float(stats["accepted"])
         return out

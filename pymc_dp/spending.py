@@ -32,7 +32,9 @@ from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.type import TensorType
 
-__all__ = ["SpendRecord", "data_fingerprint"]
+from pymc_dp.graph import _check_initvals
+
+__all__ = ["DataSeal", "SpendRecord", "data_fingerprint"]
 
 
 def data_fingerprint(model: Model, graph=None, rows_only: bool = False) -> tuple:
@@ -112,3 +114,39 @@ class SpendRecord:
             return bool(os.listdir(self._dir))
         except FileNotFoundError:
             return True
+
+
+class DataSeal:
+    """What a step was built on (the model's variables, a digest of every array it reads) and
+    which of its chains have run: checked before any chain reads the data."""
+
+    def __init__(self, model: Model, graph=None) -> None:
+        self.fingerprint = data_fingerprint(model, graph)
+        self.model_vars = frozenset(model.named_vars)
+        self.record = SpendRecord()
+
+    def check(self, model: Model, graph, step_name: str) -> None:
+        """Refuse if the model or its data changed since the step was built (digests and names,
+        never a value), or a start value set since reads private data."""
+        # by name: a chain process may hold an unpickled copy of the model (new objects)
+        added = sorted(set(model.named_vars) - self.model_vars)
+        if added:
+            raise ValueError(
+                f"The model changed since {step_name} was built (variables added: "
+                f"{', '.join(added)}): its analysis (what is private, what it releases) was made "
+                "on the old model. Build a new step."
+            )
+        now = data_fingerprint(model, graph)
+        if now != self.fingerprint:
+            if len(now) == len(self.fingerprint):
+                pairs = zip(now, self.fingerprint, strict=True)
+                changed = [new[0] for new, old in pairs if new != old]
+            else:
+                changed = ["(containers)"]
+            raise ValueError(
+                f"The model's data changed since {step_name} was built "
+                f"(changed: {', '.join(sorted(set(changed)))}): its calibration (n, delta), checks "
+                "and kernels were made for the old rows. Build a new step on the new data."
+            )
+        if graph is not None:
+            _check_initvals(graph)

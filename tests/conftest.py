@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import models  # noqa: E402
+import toy_step  # noqa: E402, F401  (registers a test-only step: the contract runs it too)
 
 import pymc_dp as pdp  # noqa: E402
 from pymc_dp.examples import banana  # noqa: E402

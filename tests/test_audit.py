@@ -156,7 +156,7 @@ def test_penalty_adapter_restores_the_steps_and_caches_exactly(penalty_steps):
     step0, step1 = penalty_steps
 
     def state():
-        return [(s._plan, s._noise, s.__dict__.get("_kernel")) for s in penalty_steps]
+        return [(s._plan, s.chain, s.__dict__.get("_kernel")) for s in penalty_steps]
 
     before = state()
     cached = penalty_release(step0, step1, Q, Q_NEW)

@@ -84,7 +84,7 @@ class NonPrivateHMC(pdp.DPHMC):
 
     def _reset_chain(self):
         super()._reset_chain()
-        self._noise = _NoNoise(0)
+        self.chain.noise = _NoNoise(0)
 
 
 @pytest.mark.slow

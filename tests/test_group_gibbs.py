@@ -381,7 +381,7 @@ def test_the_mixing_prediction_reads_released_values_only(small, monkeypatch):
     assert after.keys() == before.keys()
     assert all(after[k] is before[k] for k in before)  # nothing rebound on the step
     assert step.rng.bit_generator.state == rng_state
-    assert step._plan is None and step._noise is None and step._iteration == 0
+    assert step._plan is None and step.chain is None
 
 
 def test_the_mixing_prediction_accepts_every_move_where_the_noise_vanishes(small):

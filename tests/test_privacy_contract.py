@@ -1,7 +1,8 @@
 """The privacy contract (docs/design.md), run over every DP step class.
 
-Each test is parametrised over ``STEPS``; ``test_every_step_class_is_covered`` fails when a new
-step class appears without an entry, so no step can skip the contract.
+Each test is parametrised over every registered example (``STEPS``, from
+:func:`pymc_dp.step_methods.registry.contract_examples`); ``test_every_step_class_is_covered``
+fails when a step class is not registered, so no step can skip the contract.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 import pymc_dp as pdp
 import pymc_dp.step_methods as step_methods
+from pymc_dp.step_methods.registry import contract_examples, registered_steps
 
 N = 300
 
@@ -58,55 +60,19 @@ def grouped():
     return model, X, y
 
 
-#: Steps that need group effects: they run on ``grouped`` (same names, plus ``tau`` and ``z``).
-GROUPED = {"group_gibbs"}
+#: Every registered example (:mod:`pymc_dp.step_methods.registry`): adding a step is one
+#: module plus one registration line, and the contract runs it with no edit here.
+STEPS = dict(contract_examples())
+#: Examples that need group effects: they run on ``grouped`` (same names, plus ``tau``, ``z``).
+GROUPED = {name for name, (_, example) in STEPS.items() if example.grouped}
 
 
 def _data(name, regression, grouped):
     return grouped if name in GROUPED else regression
 
 
-STEPS = {
-    "penalty": lambda **kw: pdp.DPPenalty(llr_clip=3.0, proposal_scale=0.05, **kw),
-    "hmc": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, step_size=0.01, n_steps=3, **kw),
-    "barker": lambda **kw: pdp.DPBarker(
-        batch_size=100, n0=50, proposal_scale=0.05, **{k: v for k, v in kw.items()}
-    ),
-    "minibatch_fixed": lambda **kw: pdp.DPMinibatchPenalty(
-        batch_size=100, llr_clip=3.0, proposal_scale=0.05, tempering=0.5, **kw
-    ),
-    "minibatch_poisson": lambda **kw: pdp.DPMinibatchPenalty(
-        batch_size=100, llr_clip=3.0, proposal_scale=0.05, sampling="poisson", **kw
-    ),
-    "laplace": lambda **kw: pdp.DPLaplace(grad_clip=3.0, **kw),
-    "laplace_nuts": lambda **kw: pdp.DPLaplace(grad_clip=3.0, nuts=True, nuts_tune=50, **kw),
-    "suffstats": lambda **kw: pdp.DPSuffStats(
-        outcome_bounds=(-8.0, 8.0), covariate_bounds=(-3.0, 3.0), nuts_tune=50, **kw
-    ),
-    "penalty_zero_tuning": lambda **kw: pdp.DPPenalty(llr_clip=3.0, **kw),
-    "hmc_zero_tuning": lambda **kw: pdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_steps=3, **kw),
-    # hess_clip bounds the rows' curvature only where the residuals stay small: a clip here.
-    # FAST_COMPILE: the warm start's per-row Hessian kernels take long to compile with Numba,
-    # and the contract does not depend on the backend
-    "penalty_anchored": lambda **kw: pdp.DPPenalty(
-        llr_clip=3.0, hess_clip=10.0, compile_kwargs={"mode": "FAST_COMPILE"}, **kw
-    ),
-    "hmc_anchored": lambda **kw: pdp.DPHMC(
-        llr_clip=3.0,
-        grad_clip=3.0,
-        n_steps=3,
-        hess_clip=10.0,
-        compile_kwargs={"mode": "FAST_COMPILE"},
-        **kw,
-    ),
-    # group effect, beta (2) and sigma: the rows' bounds; a Normal row with its scale free is no
-    # GLM, so they bound nothing here: clipped, like the anchored entries above
-    "group_gibbs": lambda **kw: pdp.DPGroupGibbs(
-        glm=pdp.glm_clip(np.ones(4)), compile_kwargs={"mode": "FAST_COMPILE"}, **kw
-    ),
-}
-#: Budgets: DP Barker has no noise knob, so its budget must cover what it spends.
-EPSILON = {"barker": 200.0}  # n = 300, b = 100: about 1.5 per iteration
+def _epsilon(name):
+    return STEPS[name][1].epsilon
 
 
 #: Steps made here stay alive for the module, so later steps on the same model share their
@@ -115,9 +81,9 @@ _MADE: list = []
 
 
 def _make(model, name, **kw):
-    kw.setdefault("epsilon", EPSILON.get(name, 2.0))
+    step_class, example = STEPS[name]
     with model:
-        step = STEPS[name](**kw)
+        step = example.build(step_class, **kw)
     _MADE.append(step)
     return step
 
@@ -152,7 +118,9 @@ def test_every_step_class_is_covered():
         pm.Normal("x", eta, 1, observed=np.zeros(200))
         for name in GROUPED:
             made.add(type(_make(pm.modelcontext(None), name)))
-    assert classes <= made, f"steps without a contract entry: {classes - made}"
+    registered = set(registered_steps())
+    assert classes <= registered, f"steps not registered: {classes - registered}"
+    assert made == registered  # every registered step was built from its examples
 
 
 @pytest.mark.parametrize("name", list(STEPS))
@@ -194,7 +162,7 @@ def test_budget_covers_chains_and_tuning(regression, grouped, name):
     assert ledger.chains == 3
     assert all(m.count % 40 == 0 and m.count >= 40 for m in ledger.per_chain)
     report = pdp.privacy_report(idata)
-    assert report.epsilon <= EPSILON.get(name, 2.0) * (1 + 1e-9)
+    assert report.epsilon <= _epsilon(name) * (1 + 1e-9)
     if name != "barker":  # calibrated to spend its budget exactly (bisection: within 2e-3)
         assert report.epsilon == pytest.approx(2.0, rel=2e-3)
     # the running per-chain stat ends at one chain's cost of all 40 iterations (tuning included)

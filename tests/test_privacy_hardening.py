@@ -903,7 +903,7 @@ def test_minibatches_come_from_the_secret_noise(data, monkeypatch):
     monkeypatch.setattr(type(step.likelihood), "draw_batch", spy)
     _run(model, step, chains=1)
     assert used and all(rng is not step.rng for rng in used)
-    assert all(rng is step._noise.generator for rng in used[-5:])
+    assert all(rng is step.chain.noise.generator for rng in used[-5:])
 
 
 # ---- steps that share compiled kernels (review of model_likelihood, round 3) ----------------

@@ -204,7 +204,7 @@ def test_warm_start_is_not_repeated_and_changed_data_are_refused():
         warnings.simplefilter("ignore")
         step.setup_chain(np.random.default_rng(0), 10, 10)
     np.testing.assert_array_equal(step._proposal.chol, chol)
-    np.testing.assert_array_equal(step._start, step.warm.draw(np.random.default_rng(0)))
+    np.testing.assert_array_equal(step.chain.start, step.warm.draw(np.random.default_rng(0)))
     with model:
         pm.set_data({"X": np.zeros_like(X)})
     with pytest.raises(ValueError, match="data changed since DPPenalty was built"):

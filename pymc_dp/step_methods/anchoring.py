@@ -19,9 +19,9 @@ from pymc_dp.anchor import (
     AnchoredRatio,
     release_anchor,
 )
+from pymc_dp.budget import ANCHOR_STREAM
 from pymc_dp.checks import check_positive
 from pymc_dp.mechanisms import PenaltyTest
-from pymc_dp.noise import NoiseSource
 
 __all__ = [
     "INDEPENDENT_SHARE",
@@ -41,8 +41,6 @@ __all__ = [
 #: 0.1 / 0.6: 0.08-0.37, ESS 573-738 (the chains keep 0.3 in both).
 DEFAULT_ANCHOR_SHARE = 0.6
 ANCHORED_WARM_START = 0.1
-#: Noise stream of the anchor's release (the warm start uses 2**31 - 1, chains 0, 1, ...).
-_ANCHOR_STREAM = 2**31 - 2
 #: The per-iteration release of an anchored step.
 ANCHORED_TEST = PenaltyTest("log-likelihood remainder at the Taylor anchor")
 
@@ -191,7 +189,7 @@ class AnchoredStep:
 
     def _release_anchor(self) -> None:
         """Release the gradient sum at the warm start's mean, once for every chain."""
-        noise = NoiseSource.for_chain(self.noise_seed, _ANCHOR_STREAM, exact=self.exact_noise)
+        noise = self.budget.noise(ANCHOR_STREAM)
         self.anchor, self._anchored_ratio = release_anchor(
             self.likelihood,
             self.warm.mean,
@@ -219,7 +217,7 @@ class AnchoredStep:
         bound = ratio.bound(q, q_new)
         value, clip = ratio(q_new, q, bound)
         log_ratio, sigma = ANCHORED_TEST.log_ratio(
-            self._noise, t * value, 2.0 * t * bound, self._scale
+            self.chain.noise, t * value, 2.0 * t * bound, self._scale
         )
         linear = t * float(self.anchor.gradient @ (q_new - q))
         return log_ratio + linear, sigma, clip

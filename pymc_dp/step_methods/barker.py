@@ -35,6 +35,7 @@ from pymc_dp.mechanisms import BarkerTest
 from pymc_dp.step_methods.barker_correction import load_correction
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
 from pymc_dp.step_methods.proposals import RandomWalkProposal
+from pymc_dp.step_methods.registry import Example, register
 
 __all__ = ["DPBarker"]
 
@@ -150,7 +151,7 @@ class DPBarker(DPStep):
         prior_cur = self._prior_at(q)
         b = self.batch_size
         q_new, _ = self._proposal(self.rng, q)
-        secret = self._noise.generator
+        secret = self.chain.noise.generator
         idx = self.likelihood.draw_batch(secret, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(self.clip_bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
@@ -164,9 +165,16 @@ class DPBarker(DPStep):
             accepted = bool(test + self._correction.sample(secret) > 0.0)
         # else: impossible with the clipping above (s^2 <= 0.9801); outside the prior: reject
         if accepted:
-            self._q_cached, self._prior_cur = q_new, prior_new
+            self.chain.moved_to(q_new, prior_new)
         stats = {"accepted": accepted, "batch_size": b}
         if self.diagnostics:
             stats["clip_fraction"] = float(out[3])
             stats["batch_variance"] = var_b
         return (q_new if accepted else q), stats
+
+
+# no noise knob: the budget covers what it spends (n = 300, b = 100: about 1.5 per iteration)
+register(
+    DPBarker,
+    barker=Example({"batch_size": 100, "n0": 50, "proposal_scale": 0.05}, epsilon=200.0),
+)

@@ -1,27 +1,27 @@
-"""The anatomy of a DP step: arguments, the run plan, per-chain state, and declared stats.
+"""The PyMC glue of a DP step: the run plan's guards, the chain's state, and declared stats.
 
 Data flows one way: model -> :mod:`~pymc_dp.graph` (private inputs, rows) ->
 :mod:`~pymc_dp.likelihood` (compiled kernels) -> :mod:`~pymc_dp.mechanisms` (clip, noise,
 test, cost) -> the step (proposal + mechanisms + state) -> :mod:`~pymc_dp.runplan` (chains x
 iterations, calibration, refusal) -> ledger -> DataTree.
 
-A subclass declares ``name`` and ``stats`` (each :class:`Stat` releasable or a diagnostic) and
-implements three methods:
+A step composes parts that live elsewhere: its :class:`~pymc_dp.budget.Budget` (what it may
+spend, the one calibration path), its :class:`~pymc_dp.spending.DataSeal` (the data it was built
+on, the chains it ran), its zero tuning (:mod:`~pymc_dp.tuning.zero_tuning`), and per chain a
+:class:`~pymc_dp.step_methods.chain.ChainState`. A subclass declares ``name`` and ``stats``
+(each :class:`Stat` releasable or a diagnostic) and fills three hooks:
 
 * :meth:`DPStep.mechanisms`: what one iteration releases (public configuration only);
-* :meth:`DPStep._reset_chain`: per-chain state (proposal directions, step-size jitter);
+* :meth:`DPStep._reset_chain`: its own per-chain state (proposal directions, step-size jitter);
 * :meth:`DPStep._iterate`: one iteration from ``q``, returning the next point and its stats.
 
-The base class owns everything else: argument checks, the run plan and its guards (a chain or an
-iteration beyond the plan raises; a DP step inside a ``CompoundStep`` is refused), the chain's
-secret :class:`~pymc_dp.noise.NoiseSource`, the prior cache, the Metropolis decision and the
-privacy stats of every iteration.
+A chain or an iteration beyond the plan raises; a DP step inside a ``CompoundStep`` is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import multiprocessing
 import os
 import sys
 import warnings
@@ -38,23 +38,19 @@ from pymc.util import RandomGenerator
 
 from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.boundary import guarded
-from pymc_dp.checks import (
-    check_delta,
-    check_epsilon,
-    check_nonnegative,
-    check_positive,
-)
-from pymc_dp.graph import _check_initvals as check_initvals
+from pymc_dp.budget import DELTA_RULE, Budget, default_chains, default_delta
 from pymc_dp.likelihood import PerRowLikelihood, model_likelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
 from pymc_dp.prior_block import PriorBlock
-from pymc_dp.runplan import PrivacyBudgetError, RunPlan, make_plan
-from pymc_dp.runplan import max_iterations as _max_iterations
-from pymc_dp.spending import SpendRecord, data_fingerprint
-from pymc_dp.tuning.adaptation import WindowedCovariance
+from pymc_dp.runplan import PrivacyBudgetError, RunPlan
+from pymc_dp.spending import DataSeal
+from pymc_dp.step_methods.chain import ChainState
+from pymc_dp.tuning import zero_tuning
+from pymc_dp.tuning.zero_tuning import DEFAULT_WARM_START
 
 __all__ = [
+    "DEFAULT_WARM_START",
     "DELTA_RULE",
     "DPStep",
     "PrivacyBudgetError",
@@ -64,11 +60,6 @@ __all__ = [
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DELTA_RULE = "default: min(1e-6, 1 / (10 n))"
-#: Noise stream of the warm start (chains use 0, 1, ...).
-_WARM_START_STREAM = 2**31 - 1
-#: Share of the budget a zero-tuning step spends on its private warm start.
-DEFAULT_WARM_START = 0.5
 
 
 @dataclass(frozen=True)
@@ -94,16 +85,6 @@ ONE_RELEASE_STATS = {
     "dp_mu": Stat(np.float64),
     "surrogate_diverging": Stat(bool),
 }
-
-
-def default_chains() -> int:
-    """PyMC's own default chain count on this machine (``max(2, min(4, cpu_count))``)."""
-    return max(2, min(4, multiprocessing.cpu_count()))
-
-
-def default_delta(n_rows: int) -> float:
-    """``min(1e-6, 1 / (10 n))``: well below the 1/n at which a mechanism may publish one row."""
-    return min(1e-6, 1.0 / (10.0 * n_rows))
 
 
 def _chain_index(rng: np.random.Generator) -> int | None:
@@ -132,6 +113,40 @@ def _refuse_compound(step: DPStep) -> None:
                 "covers every free variable."
             )
         frame = frame.f_back
+
+
+def _free_vars(model: Model, vars: Sequence | None, step: str) -> list:
+    vars = list(model.value_vars) if vars is None else [model.rvs_to_values.get(v, v) for v in vars]
+    missing = [v.name for v in model.value_vars if v not in vars]
+    if missing:
+        raise ValueError(
+            f"{step} must sample every free variable; {missing} would be left to PyMC's "
+            "samplers, which use the exact likelihood and report it (lp, energy) without noise. "
+            "Leave `vars` at its default."
+        )
+    return vars
+
+
+def _budget_field(name: str) -> property:
+    def get(self):
+        return getattr(self.budget, name)
+
+    def set_(self, value):
+        if name == "chains":
+            self.budget = self.budget.for_chains(value)
+        else:
+            self.budget = dataclasses.replace(self.budget, **{name: value})
+
+    return property(get, set_, doc=f"The budget's ``{name}`` (:class:`~pymc_dp.budget.Budget`).")
+
+
+def _plain_sample_warning() -> None:
+    warnings.warn(
+        "Plain pm.sample stores the private data in the result (observed_data, constant_data). "
+        "Publish only the output of pdp.sample, or pdp.sanitize(idata, model).",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 class DPStep(ArrayStepShared):
@@ -186,10 +201,21 @@ class DPStep(ArrayStepShared):
     adapted: ClassVar[tuple[str, str] | None] = None
     _auto: bool = False
     adapt_covariance: bool = False
+    tempering: float = 1.0
     #: Whether the step needs only full-data sums (rows may live on Dask workers).
     distributed_rows: ClassVar[bool] = False
     #: Whether the draws are of a fitted distribution, not a chain (no mixing diagnostics).
     fit_draws: ClassVar[bool] = False
+    #: The running chain's state (None before :meth:`setup_chain`).
+    chain: ChainState | None = None
+
+    epsilon = _budget_field("epsilon")
+    delta = _budget_field("delta")
+    delta_rule = _budget_field("delta_rule")
+    noise_multiplier = _budget_field("noise_multiplier")
+    chains = _budget_field("chains")
+    noise_seed = _budget_field("noise_seed")
+    exact_noise = _budget_field("exact_noise")
 
     def __init_subclass__(cls, **kwargs) -> None:
         # record the arguments of the outermost constructor, so that rebuild() can make the
@@ -206,73 +232,6 @@ class DPStep(ArrayStepShared):
             init(self, *args, **kw)
 
         cls.__init__ = recording_init
-
-    @property
-    def spent(self) -> bool:
-        """Whether a chain of this step has read the data, or rows were bound to it for a run
-        (``pdp.sample(data=)``): a second run is refused."""
-        return self._spend.spent
-
-    def spent_message(self) -> str:
-        return (
-            f"This {type(self).__name__} has run before: a step is spent once (its noise was "
-            "calibrated for one run, and a second one would release the data again while the "
-            "report still says epsilon). Build a new step, or step.renew() (same compiled "
-            "kernels, a budget of its own)."
-        )
-
-    def claim_run(self) -> None:
-        """Mark the step as used for a run on rows bound to it (``pdp.sample(data=)``: the
-        rebuilt step spends); refuse if it was used before."""
-        if not self._spend.claim("bind"):
-            raise PrivacyBudgetError(self.spent_message())
-
-    def check_data(self) -> None:
-        """Refuse if the data the step was built on changed (``pm.Data`` and every other array
-        the model reads; digests, names, never a value) or a start value set since reads private
-        data."""
-        graph = getattr(self.likelihood, "graph", None)
-        model = self.likelihood.model
-        # by name: a chain process may hold an unpickled copy of the model (new objects)
-        added = sorted(set(model.named_vars) - self._model_vars)
-        if added:
-            raise ValueError(
-                f"The model changed since {type(self).__name__} was built (variables added: "
-                f"{', '.join(added)}): its analysis (what is private, what it releases) was made "
-                "on the old model. Build a new step."
-            )
-        now = data_fingerprint(model, graph)
-        if now != self._fingerprint:
-            if len(now) == len(self._fingerprint):
-                pairs = zip(now, self._fingerprint, strict=True)
-                changed = [new[0] for new, old in pairs if new != old]
-            else:
-                changed = ["(containers)"]
-            raise ValueError(
-                f"The model's data changed since {type(self).__name__} was built "
-                f"(changed: {', '.join(sorted(set(changed)))}): its calibration (n, delta), checks "
-                "and kernels were made for the old rows. Build a new step on the new data."
-            )
-        if graph is not None:
-            check_initvals(graph)
-
-    def renew(self) -> DPStep:
-        """A new step with the same arguments and the same compiled kernels, and a budget of
-        its own: running it is a second release of the data, whose epsilon adds to the first
-        run's (report both). A warm start runs again, on its own budget."""
-        self.check_data()
-        return self.rebuild(self.likelihood)
-
-    def rebuild(self, likelihood: PerRowLikelihood | None = None) -> DPStep:
-        """The same step (same arguments) built again on the model's current data, or on
-        ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`). Calibration, the
-        default delta and a warm start then read the bound n and rows."""
-        args, kwargs = self._init_call
-        kwargs = {**kwargs, "model": self.likelihood.model}
-        if likelihood is not None:
-            kwargs["likelihood"] = likelihood
-        with self.likelihood.model:
-            return type(self)(*args, **kwargs)
 
     def __init__(
         self,
@@ -296,32 +255,11 @@ class DPStep(ArrayStepShared):
         likelihood: PerRowLikelihood | None = None,
     ) -> None:
         model = modelcontext(model)
-        self.epsilon = None if epsilon is None else check_epsilon(epsilon)
-        self.noise_multiplier = (
-            None
-            if noise_multiplier is None
-            else check_positive(noise_multiplier, "noise_multiplier")
-        )
-        if self.epsilon is None and self.noise_multiplier is None and self._tunable():
-            raise ValueError("Give `epsilon` (a budget to calibrate to) or `noise_multiplier`.")
-        if chains is not None and (isinstance(chains, bool) or int(chains) != chains or chains < 1):
-            raise ValueError(f"`chains` must be an integer >= 1, got {chains!r}")
-        if noise_seed is not None and (
-            isinstance(noise_seed, bool) or int(noise_seed) != noise_seed
-        ):
-            raise TypeError(f"`noise_seed` must be an integer, got {noise_seed!r}")
-        vars = (
-            list(model.value_vars)
-            if vars is None
-            else [model.rvs_to_values.get(v, v) for v in vars]
-        )
-        missing = [v.name for v in model.value_vars if v not in vars]
-        if missing:
-            raise ValueError(
-                f"{type(self).__name__} must sample every free variable; {missing} would be left "
-                "to PyMC's samplers, which use the exact likelihood and report it (lp, energy) "
-                "without noise. Leave `vars` at its default."
-            )
+        name = type(self).__name__
+        knobs = dict(epsilon=epsilon, noise_multiplier=noise_multiplier, chains=chains)
+        knobs.update(noise_seed=noise_seed, exact_noise=exact_noise, needs_knob=self._tunable())
+        Budget.of(1, delta=None, **knobs)  # argument errors before the model is analysed
+        vars = _free_vars(model, vars, name)
         self.likelihood_kwargs = dict(
             row_dim=row_dim, row_axes=row_axes, public=tuple(public), compile_kwargs=compile_kwargs
         )
@@ -329,23 +267,15 @@ class DPStep(ArrayStepShared):
             raise ValueError("`likelihood` was built for another model.")
         # the analysis evaluates graphs on the rows: PyTensor's errors there print inputs
         self.likelihood = likelihood or guarded(
-            f"Analysing the model for {type(self).__name__}",
+            f"Analysing the model for {name}",
             model_likelihood,
             model,
             vars,
             **self.likelihood_kwargs,
         )
-        self._fingerprint = data_fingerprint(model, getattr(self.likelihood, "graph", None))
-        self._model_vars = frozenset(model.named_vars)
-        self._spend = SpendRecord()
+        self.seal = DataSeal(model, getattr(self.likelihood, "graph", None))
         self.n_rows = self.likelihood.n_rows
-        self.delta_rule = DELTA_RULE if delta is None else "given"
-        self.delta = default_delta(self.n_rows) if delta is None else check_delta(delta)
-        self.chains = default_chains() if chains is None else int(chains)
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
-        self.exact_noise = bool(exact_noise)
-        if self.exact_noise and self.noise_seed is not None:
-            raise ValueError("`noise_seed` cannot seed OpenDP's exact samplers: give one or other.")
+        self.budget = Budget.of(self.n_rows, delta=delta, **knobs)
         self.diagnostics = bool(diagnostics)
         self.stats_dtypes_shapes = {
             k: (s.dtype, []) for k, s in self.stats.items() if s.releasable or self.diagnostics
@@ -353,44 +283,32 @@ class DPStep(ArrayStepShared):
         self.stats_dtypes = [{k: dtype for k, (dtype, _) in self.stats_dtypes_shapes.items()}]
         if self.diagnostics:
             warnings.warn(
-                f"{type(self).__name__}(diagnostics=True) emits exact statistics of the private "
-                "data (e.g. clip fractions) without noise: the result is not releasable.",
+                f"{name}(diagnostics=True) emits exact statistics of the private data (e.g. clip "
+                "fractions) without noise: the result is not releasable.",
                 UserWarning,
                 skip_file_prefixes=(_PACKAGE_DIR,),
             )
         self.warm = None
-        if warm_start is None:
-            warm_start = DEFAULT_WARM_START if self._needs_warm_start() else 0.0
-        share = check_nonnegative(warm_start, "warm_start")
-        if share >= 1.0:
-            raise ValueError(f"`warm_start` must be a share in [0, 1), got {warm_start!r}")
-        if share == 0.0 and self._needs_warm_start():
-            raise ValueError(
-                f"{type(self).__name__} without proposal_scale (or step_size) tunes itself from a "
-                "private warm start: give `warm_start` in (0, 1)."
-            )
-        self.warm_start_share = share
+        needed = self._needs_warm_start()
+        self.warm_start_share = zero_tuning.warm_start_share(warm_start, needed=needed, step=name)
         self._plan: RunPlan | None = None
         self._plan_managed = False  # made by pdp.sample, which strips private groups itself
         self._warned_plain = False
-        self._noise: NoiseSource | None = None
-        self._iteration = 0
         # variables that enter only the prior move in their own exact block (no noise)
         self._active = self.likelihood.likelihood_mask
         self._prior_block = None
-        self._shape_adapt: WindowedCovariance | None = None
         if self._free_moves() and not self._active.all():
             lik = self.likelihood
             self._prior_block = PriorBlock(self._active, lambda q: float(lik.prior_fn(q)[0]))
         super().__init__(vars, self.likelihood.shared, blocked=blocked, rng=rng)
 
-    # ------------------------------------------------------------------ subclass interface
+    # ------------------------------------------------------------------ subclass hooks
     def mechanisms(self) -> tuple[Mechanism, ...]:
         """What one iteration releases (public configuration only)."""
         raise NotImplementedError
 
     def _reset_chain(self) -> None:
-        """Reset per-chain state after :meth:`setup_chain` set ``self.rng`` and the plan."""
+        """Reset the subclass's per-chain state after :meth:`setup_chain` made ``self.chain``."""
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         """One iteration from ``q``: the next point and the iteration's own stats."""
@@ -398,6 +316,7 @@ class DPStep(ArrayStepShared):
 
     @classmethod
     def _tunable(cls) -> bool:
+        """Whether the step has a noise knob to calibrate."""
         return True
 
     def _needs_warm_start(self) -> bool:
@@ -405,23 +324,11 @@ class DPStep(ArrayStepShared):
         return False
 
     def _free_moves(self) -> bool:
-        """Whether prior-only variables get exact moves of their own (:mod:`pymc_dp.prior_block`)
-        after every data-touching iteration."""
+        """Whether prior-only variables move exactly after every iteration (:mod:`prior_block`)."""
         return True
 
-    def _adaptation(self) -> str:
-        """What the chains tune during warm-up, from released values only (for the ledger)."""
-        if self.adapted is None or not self._auto:
-            return ""
-        scale, shape = self.adapted
-        text = f"{scale} by dual averaging on the released accept_prob"
-        if self.adapt_covariance:
-            text += f"; {shape} from the warm-up draws (ESS-weighted windows)"
-        return text
-
     def _shape_mask(self) -> np.ndarray | None:
-        """Coordinates whose covariance adapts from the warm-up draws (the data-touching ones);
-        None: no covariance adaptation (see :mod:`pymc_dp.tuning.adaptation`)."""
+        """Coordinates whose covariance adapts from the warm-up draws; None: no adaptation."""
         return self._active if self._auto and self.adapt_covariance else None
 
     def _set_shape(self, cov: np.ndarray) -> None:
@@ -433,8 +340,7 @@ class DPStep(ArrayStepShared):
         raise ValueError(f"{type(self).__name__} has no gradient bound for a warm start.")
 
     def _warm_hess_clip(self) -> float | None:
-        """Bound on one row's observed information (public), or None: the warm start then
-        estimates the curvature from gradient outer products."""
+        """Bound on one row's observed information (public), or None: gradient outer products."""
         return None
 
     def _shared_entries(self) -> tuple:
@@ -448,58 +354,79 @@ class DPStep(ArrayStepShared):
 
     def _run_warm_start(self, steps: int = 4) -> None:
         """Spend ``warm_start`` of the budget now, once for every chain of every run."""
-        if self.warm_start_share == 0.0:
+        if not self.warm_start_share:
             return
-        if self.epsilon is None:
-            raise ValueError("`warm_start` needs `epsilon`: its share is a share of the budget.")
-        from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_budget
-        from pymc_dp.tuning.warm_start import WarmStartError, warm_start
+        self.warm = zero_tuning.run_warm_start(
+            self.fit_likelihood,
+            self.budget,
+            self.warm_start_share,
+            grad_clip=self._warm_grad_clip(),
+            hess_clip=self._warm_hess_clip(),
+            tempering=self.tempering,
+            steps=steps,
+            step=type(self).__name__,
+        )
 
-        mu = self.warm_start_share * gaussian_mu_for_budget(self.epsilon, self.delta)
-        noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
-        try:
-            self.warm = warm_start(
-                self.fit_likelihood,
-                grad_clip=self._warm_grad_clip(),
-                hess_clip=self._warm_hess_clip(),
-                mu=mu,
-                noise=noise,
-                steps=steps,
-                tempering=getattr(self, "tempering", 1.0),
-            )
-        except WarmStartError as err:
-            spent = gaussian_epsilon(mu, self.delta)
-            raise WarmStartError(
-                f"{type(self).__name__}: {err} Budget spent on the data: epsilon = {spent:.4g} "
-                f"at delta = {self.delta:.3g} (Gaussian PLD); report it with any later run."
-            ) from None
+    # ------------------------------------------------------------------ a step is spent once
+    @property
+    def spent(self) -> bool:
+        """Whether a chain of this step has read the data, or rows were bound to it for a run
+        (``pdp.sample(data=)``): a second run is refused."""
+        return self.seal.record.spent
 
-    # ------------------------------------------------------------------ stats
+    def spent_message(self) -> str:
+        return (
+            f"This {type(self).__name__} has run before: a step is spent once (its noise was "
+            "calibrated for one run, and a second one would release the data again while the "
+            "report still says epsilon). Build a new step, or step.renew() (same compiled "
+            "kernels, a budget of its own)."
+        )
+
+    def claim_run(self) -> None:
+        """Mark the step as used for a run on rows bound to it (``pdp.sample(data=)``)."""
+        if not self.seal.record.claim("bind"):
+            raise PrivacyBudgetError(self.spent_message())
+
+    def check_data(self) -> None:
+        """Refuse if the model or its data changed since the step was built."""
+        lik = self.likelihood
+        self.seal.check(lik.model, getattr(lik, "graph", None), type(self).__name__)
+
+    def renew(self) -> DPStep:
+        """A new step with the same arguments and compiled kernels, and a budget of its own:
+        running it is a second release of the data, whose epsilon adds to the first run's."""
+        self.check_data()
+        return self.rebuild(self.likelihood)
+
+    def rebuild(self, likelihood: PerRowLikelihood | None = None) -> DPStep:
+        """The same step (same arguments) built again on the model's current data, or on
+        ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`)."""
+        args, kwargs = self._init_call
+        kwargs = {**kwargs, "model": self.likelihood.model}
+        if likelihood is not None:
+            kwargs["likelihood"] = likelihood
+        with self.likelihood.model:
+            return type(self)(*args, **kwargs)
+
+    # ------------------------------------------------------------------ the run plan
     @classmethod
     def releasable_stat_names(cls) -> frozenset[str]:
         """Names of the stats computed only from privatised quantities and public values."""
         return frozenset(k for k, s in cls.stats.items() if s.releasable)
 
-    # ------------------------------------------------------------------ the run plan
     def plan(self, *, tune: int, draws: int, chains: int | None = None) -> RunPlan:
         """Calibrate a run of ``chains`` x (``tune`` + ``draws``) iterations (default chains: the
         step's), or raise :class:`PrivacyBudgetError`; reads no data."""
-        chains = self.chains if chains is None else int(chains)
-        return make_plan(
+        note = zero_tuning.adaptation_note(self.adapted, self._auto, self.adapt_covariance)
+        return self.budget.plan(
             self.mechanisms(),
             sampler=type(self).__name__,
+            tune=tune,
+            draws=draws,
             chains=chains,
-            tune=int(tune),
-            draws=int(draws),
-            delta=self.delta,
-            epsilon=self.epsilon,
-            noise_multiplier=self.noise_multiplier,
             releasable=not self.diagnostics,
-            noise_seed=self.noise_seed,
-            exact_noise=self.exact_noise,
-            delta_rule=self.delta_rule,
             shared=self._shared_entries(),
-            adaptation=self._adaptation(),
+            adaptation=note,
             data_location=getattr(self.likelihood, "location", "in memory"),
         )
 
@@ -515,24 +442,14 @@ class DPStep(ArrayStepShared):
         return self.plan(tune=tune, draws=draws, chains=chains).ledger
 
     def max_iterations(self, epsilon: float | None = None, chains: int | None = None) -> int:
-        """Iterations per chain (tune + draws) that ``chains`` chains (default: the step's) can
-        run at the fixed ``noise_multiplier`` within ``(epsilon, delta)`` (default: the step's
-        ``epsilon``)."""
-        epsilon = self.epsilon if epsilon is None else check_epsilon(epsilon)
-        if epsilon is None:
-            raise ValueError("Give `epsilon`: this step has no budget to check against.")
-        chains = self.chains if chains is None else int(chains)
-        if chains < 1:
-            raise ValueError(f"`chains` must be >= 1, got {chains}")
-        if self._tunable() and self.noise_multiplier is None:
-            raise ValueError("`max_iterations` needs a fixed `noise_multiplier`.")
-        return _max_iterations(
+        """Iterations per chain that ``chains`` chains can run at the fixed ``noise_multiplier``
+        within ``(epsilon, delta)`` (defaults: the step's)."""
+        return self.budget.max_iterations(
             self.mechanisms(),
-            scale=self.noise_multiplier,
             epsilon=epsilon,
-            delta=self.delta,
             chains=chains,
             shared=self._shared_entries(),
+            needs_knob=self._tunable(),
         )
 
     # ------------------------------------------------------------------ per chain
@@ -546,13 +463,7 @@ class DPStep(ArrayStepShared):
                 raise RuntimeError("pdp.sample's run plan does not match the chain's iterations")
             plan = self._plan = self.plan(tune=tune, draws=draws)  # may refuse the run
             if not self._warned_plain:
-                warnings.warn(
-                    "Plain pm.sample stores the private data in the result (observed_data, "
-                    "constant_data). Publish only the output of pdp.sample, or "
-                    "pdp.sanitize(idata, model).",
-                    UserWarning,
-                    stacklevel=3,
-                )
+                _plain_sample_warning()
                 self._warned_plain = True
         chain = _chain_index(self.rng)
         if chain is not None and chain >= plan.chains:
@@ -563,49 +474,43 @@ class DPStep(ArrayStepShared):
                 "which calibrates for the exact chain count."
             )
         self.check_data()
-        if plan.ledger.per_chain and not self._spend.claim(chain or 0):
+        if plan.ledger.per_chain and not self.seal.record.claim(chain or 0):
             raise PrivacyBudgetError(
                 f"{type(self).__name__} already ran chain {(chain or 0) + 1}: a step is spent "
                 "once (its noise was calibrated for one run). A second run would release the "
                 "data again while its report still says epsilon. Build a new step (or "
                 "step.renew(), which keeps the compiled kernels) and report both runs' epsilon."
             )
-        self._noise = NoiseSource.for_chain(plan.noise_seed, chain or 0, exact=plan.exact_noise)
-        self._iteration = 0
-        self._q_cached: np.ndarray | None = None
-        self._prior_cur = 0.0
+        noise = NoiseSource.for_chain(plan.noise_seed, chain or 0, exact=plan.exact_noise)
         # a warm-started chain starts from a draw of the noise-aware Laplace fit (public)
-        self._start = self.warm.draw(self.rng) if self.warm is not None else None
+        self.chain = ChainState(noise, start=self.warm.draw(self.rng) if self.warm else None)
         if self._prior_block is not None:
             self._prior_block.reset()
         mask = self._shape_mask()
-        self._shape_adapt = None
         if mask is not None:  # every chain starts from the warm start's shape
             self._set_shape(self.warm.posterior_cov)
-            self._shape_adapt = WindowedCovariance(
-                self.warm.posterior_cov, plan.tune, mask, initial_mean=self.warm.mean
-            )
+            self.chain.shape = zero_tuning.chain_adaptation(self.warm, plan.tune, mask)
         self._reset_chain()
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        plan = self._plan
-        if plan is None or self._noise is None:
+        plan, chain = self._plan, self.chain
+        if plan is None or chain is None:
             raise RuntimeError(f"{type(self).__name__}.setup_chain was not called.")
-        i = self._iteration
+        i = chain.iteration
         if i >= plan.iterations:
             raise PrivacyBudgetError(
                 f"Iteration {i + 1} of a chain planned for {plan.iterations}: it would release "
                 "beyond the budget."
             )
-        q = q0.data if i > 0 or self._start is None else self._start.astype(q0.data.dtype)
+        q = q0.data if i > 0 or chain.start is None else chain.start.astype(q0.data.dtype)
         q_new, stats = self._iterate(q)
         if self._prior_block is not None:
             q_new = self._prior_block.move(q_new, self.rng, self._tuning)
-        if self._shape_adapt is not None:  # the released draw: post-processing
-            cov = self._shape_adapt.update(q_new, i)
+        if chain.shape is not None:  # the released draw: post-processing
+            cov = chain.shape.update(q_new, i)
             if cov is not None:
                 self._set_shape(cov)
-        self._iteration = i + 1
+        chain.iteration = i + 1
         stats["dp_epsilon"] = float(plan.epsilon_curve[i])
         stats["dp_delta"] = plan.delta
         if "dp_mu" in self.stats_dtypes_shapes:
@@ -615,9 +520,9 @@ class DPStep(ArrayStepShared):
     # ------------------------------------------------------------------ shared pieces
     @property
     def _tuning(self) -> bool:
-        """Whether the current iteration is a tuning one (from the plan: PyMC's parallel
-        sampler never sets ``step.tune``)."""
-        return self._iteration < self._plan.tune
+        """Whether the current iteration tunes (from the plan: PyMC's parallel sampler never
+        sets ``step.tune``)."""
+        return self.chain.iteration < self._plan.tune
 
     @property
     def _scale(self) -> float:
@@ -626,19 +531,11 @@ class DPStep(ArrayStepShared):
 
     def _prior_at(self, q: np.ndarray) -> float:
         """Log prior of the chain's current point (public: no data), cached."""
-        if self._q_cached is None or not np.array_equal(self._q_cached, q):
-            self._prior_cur = self.likelihood.prior_value(q)
-            self._q_cached = q.copy()
-        return self._prior_cur
+        return self.chain.prior_at(q, self.likelihood.prior_value)
 
     def _metropolis(self, q: np.ndarray, q_new: np.ndarray, log_alpha: float, prior_new: float):
-        """Accept ``q_new`` with probability ``min(1, exp(log_alpha))`` (a non-finite ratio:
-        outside the prior's support, or divergent, rejects); return ``(next point, accepted)``."""
-        accepted = bool(np.isfinite(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
-        if accepted:
-            self._q_cached, self._prior_cur = q_new, prior_new
-            return q_new, True
-        return q, False
+        """The Metropolis decision (:meth:`ChainState.metropolis`) with the step's rng."""
+        return self.chain.metropolis(self.rng, q, q_new, log_alpha, prior_new)
 
     @staticmethod
     def competence(var, has_grad):

@@ -59,13 +59,16 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.anchor import ANCHOR_NAME, release_anchor
 from pymc_dp.boundary import guarded
-from pymc_dp.bounds import GLMClip
+from pymc_dp.bounds import GLMClip, glm_clip
+from pymc_dp.budget import GROUP_ANCHOR_STREAM
 from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.mechanisms import PenaltyTest
 from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
+from pymc_dp.step_methods.chain import ChainState
 from pymc_dp.step_methods.laplace import _effect_likelihood
+from pymc_dp.step_methods.registry import Example, register
 from pymc_dp.surrogate import gaussian_surrogate
 
 __all__ = [
@@ -90,7 +93,6 @@ DEFAULT_GROUP_ANCHOR = 0.3
 #: Exact (noise-free) hyperparameter moves per sweep, and at a chain's first sweep.
 HYPER_MOVES = 5
 FIRST_HYPER_MOVES = 200
-_ANCHOR_STREAM = 2**31 - 3
 _FAST = Mode(linker="py", optimizer="fast_compile")
 #: Public seed of the points at which the effect is checked to be affine in ``z``.
 _CHECK_SEED = 20261128
@@ -409,7 +411,7 @@ class DPGroupGibbs(DPStep):
 
     def _release_anchor(self) -> None:
         eff, warm = self._effects, self.warm
-        noise = NoiseSource.for_chain(self.noise_seed, _ANCHOR_STREAM, exact=self.exact_noise)
+        noise = self.budget.noise(GROUP_ANCHOR_STREAM)
         mu = self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
         self.anchor, self._ratio = release_anchor(
             eff,
@@ -480,13 +482,12 @@ class DPGroupGibbs(DPStep):
             runs = np.empty((chains, draws, self.likelihood.dim))
             for c in range(chains):
                 sim.rng = np.random.default_rng([_MIXING_SEED, r, c])
-                sim._noise = NoiseSource.for_chain(_MIXING_SEED + r, c)
-                sim._iteration = 0
+                sim.chain = ChainState(NoiseSource.for_chain(_MIXING_SEED + r, c))
                 sim._reset_chain()
-                q = sim._start
+                q = sim.chain.start
                 for i in range(tune + draws):
                     q, stats = sim._iterate(q)
-                    sim._iteration = i + 1
+                    sim.chain.iteration = i + 1
                     if i >= tune:
                         runs[c, i - tune] = q
                         accept.append(stats["accept_rate"])
@@ -551,7 +552,7 @@ class DPGroupGibbs(DPStep):
                 "DPGroupGibbs found no start whose group effect has a non-zero, finite scale "
                 "near the model's initial point: give the scale's variable a public `initval`."
             )
-        self._start = self._to_q(q, psi)
+        self.chain.start = self._to_q(q, psi)
 
     # ------------------------------------------------------------------ coordinates
     def _psi(self, q: np.ndarray) -> np.ndarray:
@@ -584,7 +585,7 @@ class DPGroupGibbs(DPStep):
         if not (np.isfinite(bound) and bound >= 0.0):
             return -np.inf, 0.0, 0.0
         value, clip = self._ratio(psi_new, psi, bound, rows)
-        log_ratio, sigma = GROUP_TESTS.log_ratio(self._noise, value, 2.0 * bound, self._scale)
+        log_ratio, sigma = GROUP_TESTS.log_ratio(self.chain.noise, value, 2.0 * bound, self._scale)
         return log_ratio + float(self.anchor.gradient @ (psi_new - psi)), sigma, clip
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -595,7 +596,7 @@ class DPGroupGibbs(DPStep):
         a = psi[:ng]
         # 1. hyperparameters given the effects: exact, no data
         current, q = self._hyper_target(q, a)
-        moves = FIRST_HYPER_MOVES if self._iteration == 0 else self.hyper_moves
+        moves = FIRST_HYPER_MOVES if self.chain.iteration == 0 else self.hyper_moves
         for _ in range(moves):
             step = float(self._hyper_adapt.current(self._tuning))
             trial = q.copy()
@@ -667,3 +668,13 @@ class DPGroupGibbs(DPStep):
         if self.diagnostics:
             stats["clip_fraction"] = float(np.mean(clips))
         return q, stats
+
+
+# the effect, beta (2) and sigma: a Normal row with its scale free is no GLM, so these bound
+# nothing there: clipped, like the anchored examples
+register(
+    DPGroupGibbs,
+    group_gibbs=Example(
+        {"glm": glm_clip(np.ones(4)), "compile_kwargs": {"mode": "FAST_COMPILE"}}, grouped=True
+    ),
+)

@@ -22,6 +22,7 @@ from pymc_dp.step_methods.penalty import (
     check_tempering,
     clip_norm,
 )
+from pymc_dp.step_methods.registry import Example, register
 
 #: Acceptance the zero-tuning DPHMC adapts its step size to (the penalty on the final ratio and
 #: the gradient noise both grow with the step).
@@ -276,7 +277,7 @@ class DPHMC(AnchoredStep, DPStep):
             return prior_grad + t * self.anchor.gradient - self._surrogate_curvature @ move, 0.0
         out = self._grad(q, np.asarray(self.grad_clip))
         g, _ = self._gradient.release(
-            self._noise, t * out[0], 2.0 * t * self.grad_clip, self._scale
+            self.chain.noise, t * out[0], 2.0 * t * self.grad_clip, self._scale
         )
         return g + out[1], (float(out[2]) if self.diagnostics else 0.0)
 
@@ -291,7 +292,7 @@ class DPHMC(AnchoredStep, DPStep):
         out = self._ratio(q_new, q, np.asarray(bound))
         t = self.tempering
         log_ratio, sigma = self._test.log_ratio(
-            self._noise, t * float(out[0]), 2.0 * t * bound, self._scale
+            self.chain.noise, t * float(out[0]), 2.0 * t * bound, self._scale
         )
         return log_ratio, sigma, float(out[1]), float(out[2]) if self.diagnostics else np.nan
 
@@ -299,7 +300,7 @@ class DPHMC(AnchoredStep, DPStep):
         prior_cur = self._prior_at(q)
         tuning = self._tuning
         base = float(self._adapt.current(tuning)) if self._auto else self.step_size
-        eta = base * float(self._jitter[self._iteration])
+        eta = base * float(self._jitter[self.chain.iteration])
         pot = self.potential
         p0 = pot.random()
 
@@ -346,3 +347,14 @@ class DPHMC(AnchoredStep, DPStep):
             stats["clip_fraction"] = clip
             stats["grad_clip_fraction"] = float(np.mean(gclips))
         return q_next, stats
+
+
+#: The contract examples compile in PyTensor's FAST_COMPILE mode (no Numba).
+_FAST = {"mode": "FAST_COMPILE"}
+_HMC = {"llr_clip": 3.0, "grad_clip": 3.0, "n_steps": 3}
+register(
+    DPHMC,
+    hmc=Example({**_HMC, "step_size": 0.01}),
+    hmc_zero_tuning=Example(_HMC),
+    hmc_anchored=Example({**_HMC, "hess_clip": 10.0, "compile_kwargs": _FAST}),
+)

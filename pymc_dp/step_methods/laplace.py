@@ -31,6 +31,7 @@ from pymc_dp.boundary import guarded
 from pymc_dp.checks import check_count, check_positive, check_probability
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
+from pymc_dp.step_methods.registry import Example, register
 from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model, walk_left
 
 __all__ = ["DPLaplace"]
@@ -326,7 +327,7 @@ class DPLaplace(DPStep):
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         if self.nuts:
-            i = self._iteration
+            i = self.chain.iteration
             return self._draws[i].astype(q.dtype), {
                 "accepted": True,
                 "surrogate_diverging": bool(self._diverging[i]),
@@ -335,10 +336,17 @@ class DPLaplace(DPStep):
         # draw of the fit, and an even number of them averages to the fit's mean exactly, so
         # a summary's mean carries no Monte Carlo error (a wide fit's 2000 independent draws
         # put up to a NUTS sd of it into the mean)
-        kept = self._iteration - self._plan.tune
+        kept = self.chain.iteration - self._plan.tune
         if kept >= 0 and kept % 2 == 1 and self._pair is not None:
             draw, self._pair = 2.0 * self.warm.mean - self._pair, None
         else:
             draw = self.warm.draw(self.rng)
             self._pair = draw if kept >= 0 else None
         return draw.astype(q.dtype), {"accepted": True, "surrogate_diverging": False}
+
+
+register(
+    DPLaplace,
+    laplace=Example({"grad_clip": 3.0}),
+    laplace_nuts=Example({"grad_clip": 3.0, "nuts": True, "nuts_tune": 50}),
+)

@@ -41,6 +41,7 @@ from pymc_dp.mechanisms import SubsampledPenaltyTest
 from pymc_dp.step_methods.base import Stat
 from pymc_dp.step_methods.penalty import PenaltyMetropolis
 from pymc_dp.step_methods.proposals import Proposal
+from pymc_dp.step_methods.registry import Example, register
 
 __all__ = ["DPMinibatchPenalty", "batch_release", "release_sensitivity"]
 
@@ -178,7 +179,7 @@ class DPMinibatchPenalty(PenaltyMetropolis):
 
     def _ratio(self, q_new: np.ndarray, q: np.ndarray, bound: float):
         b, rate = self.batch_size, self.batch_size / self.n_rows
-        idx = self.likelihood.draw_batch(self._noise.generator, b, self.sampling)
+        idx = self.likelihood.draw_batch(self.chain.noise.generator, b, self.sampling)
         out = self._kernel(q_new, q, np.asarray(bound), idx)
         total, prior_new, squares = float(out[0]), float(out[1]), float(out[2])
         lam, var_b = batch_release(total, squares, b, self.tempering / rate, rate, self.sampling)
@@ -189,3 +190,11 @@ class DPMinibatchPenalty(PenaltyMetropolis):
         q_next, stats = super()._iterate(q)
         stats["batch_size"] = self.batch_size
         return q_next, stats
+
+
+_BATCH = {"batch_size": 100, "llr_clip": 3.0, "proposal_scale": 0.05}
+register(
+    DPMinibatchPenalty,
+    minibatch_fixed=Example({**_BATCH, "tempering": 0.5}),
+    minibatch_poisson=Example({**_BATCH, "sampling": "poisson"}),
+)

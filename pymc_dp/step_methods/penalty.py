@@ -33,6 +33,7 @@ from pymc_dp.step_methods.proposals import (
     Proposal,
     RandomWalkProposal,
 )
+from pymc_dp.step_methods.registry import Example, register
 
 __all__ = [
     "DPPenalty",
@@ -206,7 +207,7 @@ class PenaltyMetropolis(DPStep):
             self._proposal.scale = factor * self._unit_scale
         q_new, j = self._proposal(self.rng, q)
         value, prior_new, sensitivity, clip = self._ratio(q_new, q, self._clip_norm(q_new - q))
-        log_ratio, sigma = self._test.log_ratio(self._noise, value, sensitivity, self._scale)
+        log_ratio, sigma = self._test.log_ratio(self.chain.noise, value, sensitivity, self._scale)
         log_alpha = log_ratio + prior_new - prior_cur
         q_next, accepted = self._metropolis(q, q_new, log_alpha, prior_new)
         self._proposal.update(j, accepted)
@@ -387,8 +388,8 @@ class DPPenalty(AnchoredStep, PenaltyMetropolis):
         super()._set_shape(cov)
         if getattr(self, "_independent", None) is not None:
             self._independent.set_cov(cov)
-            if self._shape_adapt is not None:  # re-centred on the pooled warm-up draws
-                self._independent.mean = self._shape_adapt.mean.copy()
+            if self.chain.shape is not None:  # re-centred on the pooled warm-up draws
+                self._independent.mean = self.chain.shape.mean.copy()
 
     def _equalised_scale(self) -> np.ndarray:
         if self.anchored:  # local moves of one whitened coordinate; the test's noise is small
@@ -431,3 +432,14 @@ class DPPenalty(AnchoredStep, PenaltyMetropolis):
         if self.diagnostics:
             stats["clip_fraction"] = clip
         return q_next, stats
+
+
+#: FAST_COMPILE (no Numba): the warm start's per-row Hessian kernels compile slowly under Numba
+_FAST = {"mode": "FAST_COMPILE"}
+register(
+    DPPenalty,
+    penalty=Example({"llr_clip": 3.0, "proposal_scale": 0.05}),
+    penalty_zero_tuning=Example({"llr_clip": 3.0}),
+    # hess_clip bounds the rows' curvature only where the residuals stay small: a clip here
+    penalty_anchored=Example({"llr_clip": 3.0, "hess_clip": 10.0, "compile_kwargs": _FAST}),
+)

@@ -23,6 +23,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
 from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.budget import WARM_START_STREAM
 from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
     NotLinearGaussian,
@@ -34,8 +35,8 @@ from pymc_dp.linear_gaussian import (
     surrogate_logp,
 )
 from pymc_dp.linear_residuals import release_two_stage
-from pymc_dp.noise import NoiseSource
-from pymc_dp.step_methods.base import _WARM_START_STREAM, ONE_RELEASE_STATS, DPStep, Stat
+from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
+from pymc_dp.step_methods.registry import Example, register
 from pymc_dp.surrogate import sample_chain, surrogate_model
 
 __all__ = ["DPSuffStats"]
@@ -152,7 +153,7 @@ class DPSuffStats(DPStep):
             ) from None
         x_bounds, y_bounds = bounds_for(self.linear, outcome_bounds, covariate_bounds)
         mu = gaussian_mu_for_budget(self.epsilon, self.delta)
-        noise = NoiseSource.for_chain(self.noise_seed, _WARM_START_STREAM, exact=self.exact_noise)
+        noise = self.budget.noise(WARM_START_STREAM)
         # a column with lo == hi is a public constant (an intercept column): not released, its
         # coefficient folds into the intercept (a duplicate of the Gram's own 1 would be singular)
         self._constant = x_bounds[0] == x_bounds[1]
@@ -238,6 +239,14 @@ class DPSuffStats(DPStep):
         self._draws, self._diverging = self.sample_surrogate(plan.tune + plan.draws, self.rng)
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
-        i = self._iteration
+        i = self.chain.iteration
         draw = self._draws[i].astype(q.dtype)
         return draw, {"accepted": True, "surrogate_diverging": bool(self._diverging[i])}
+
+
+register(
+    DPSuffStats,
+    suffstats=Example(
+        {"outcome_bounds": (-8.0, 8.0), "covariate_bounds": (-3.0, 3.0), "nuts_tune": 50}
+    ),
+)

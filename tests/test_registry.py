@@ -1,0 +1,38 @@
+"""The step registry: what the privacy contract runs, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+import toy_step
+
+import pymc_dp as pdp
+from pymc_dp.step_methods.registry import Example, contract_examples, register, registered_steps
+
+
+def test_every_shipped_step_and_the_test_file_toy_are_registered():
+    shipped = {
+        pdp.DPPenalty,
+        pdp.DPHMC,
+        pdp.DPBarker,
+        pdp.DPMinibatchPenalty,
+        pdp.DPLaplace,
+        pdp.DPSuffStats,
+        pdp.DPGroupGibbs,
+    }
+    assert shipped | {toy_step.ToyWalk} <= set(registered_steps())
+    # the contract test parametrises over these names: the toy is among them with no edit there
+    step, example = contract_examples()["toy_walk"]
+    assert step is toy_step.ToyWalk and example.kwargs == {"llr_clip": 3.0, "proposal_scale": 0.05}
+
+
+def test_registration_refuses_what_would_hide_a_step():
+    class Other(pdp.DPStep):
+        pass
+
+    with pytest.raises(ValueError, match="at least one example"):
+        register(Other)
+    with pytest.raises(ValueError, match=r"already registered by another step: \['toy_walk'\]"):
+        register(Other, toy_walk=Example())
+    with pytest.raises(TypeError, match="must be an Example"):
+        register(Other, other={"llr_clip": 1.0})
+    assert Other not in registered_steps()
