@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_budget
+from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.checks import check_delta, check_epsilon, check_positive
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
@@ -33,6 +34,7 @@ __all__ = [
     "GROUP_ANCHOR_STREAM",
     "WARM_START_STREAM",
     "Budget",
+    "Budgeted",
     "default_chains",
     "default_delta",
 ]
@@ -64,7 +66,29 @@ def _check_chains(chains: object) -> int:
 
 @dataclass(frozen=True)
 class Budget:
-    """What a step may spend (public: every field is recorded in the ledger)."""
+    """What a step may spend (public: every field is recorded in the ledger).
+
+    Parameters
+    ----------
+    epsilon, delta : float, optional
+        Privacy budget of the whole run, all chains and tuning iterations included. With
+        ``epsilon`` alone the noise is calibrated to spend exactly this budget; with
+        ``noise_multiplier`` too the run is refused if it would overspend. ``delta`` defaults to
+        ``min(1e-6, 1 / (10 n))`` (recorded in the ledger).
+    noise_multiplier : float, optional
+        Fixed noise (std over L2 sensitivity). Without ``epsilon`` the spent budget is reported.
+    chains : int, optional
+        Chains the budget must cover under plain ``pm.sample`` (default: PyMC's default for the
+        machine); a further chain is refused. :func:`pymc_dp.sample` sets it exactly.
+    noise_seed : int, optional
+        Seed of the privacy noise. Default: OS entropy, which nobody can reproduce. A seed makes
+        the noise reproducible (tests, reproducible research); the ledger records it.
+    exact_noise : bool
+        Draw the integer noise of releases with OpenDP's exact samplers (see
+        :mod:`pymc_dp.noise`); slower, cannot be seeded.
+    delta_rule : str
+        How ``delta`` was chosen (:data:`DELTA_RULE` or ``"given"``).
+    """
 
     epsilon: float | None
     delta: float
@@ -186,4 +210,71 @@ class Budget:
             delta=self.delta,
             chains=chains,
             shared=shared,
+        )
+
+
+def _field(name: str) -> property:
+    def get(self):
+        return getattr(self.budget, name)
+
+    def set_(self, value):
+        if name == "chains":
+            self.budget = self.budget.for_chains(value)
+        else:
+            self.budget = dataclasses.replace(self.budget, **{name: value})
+
+    return property(get, set_, doc=f"The budget's ``{name}``.")
+
+
+class Budgeted:
+    """A step's face of its :class:`Budget`: the budget's fields, run plans and ledgers.
+
+    Mixed into :class:`~pymc_dp.step_methods.base.DPStep`, which sets ``self.budget`` and
+    provides ``mechanisms()``, ``_shared_entries()``, ``_adaptation()`` and ``_tunable()``.
+    """
+
+    budget: Budget
+    epsilon = _field("epsilon")
+    delta = _field("delta")
+    delta_rule = _field("delta_rule")
+    noise_multiplier = _field("noise_multiplier")
+    chains = _field("chains")
+    noise_seed = _field("noise_seed")
+    exact_noise = _field("exact_noise")
+
+    def plan(self, *, tune: int, draws: int, chains: int | None = None) -> RunPlan:
+        """Calibrate a run of ``chains`` x (``tune`` + ``draws``) iterations (default chains: the
+        step's), or raise :class:`~pymc_dp.runplan.PrivacyBudgetError`; reads no data."""
+        return self.budget.plan(
+            self.mechanisms(),
+            sampler=type(self).__name__,
+            tune=tune,
+            draws=draws,
+            chains=chains,
+            releasable=not self.diagnostics,
+            shared=self._shared_entries(),
+            adaptation=self._adaptation(),
+            data_location=getattr(self.likelihood, "location", "in memory"),
+        )
+
+    def use_plan(self, plan: RunPlan | None) -> None:
+        """Run the next chains under ``plan`` (``pdp.sample`` does this); None forgets it."""
+        self._plan = plan
+        self._plan_managed = plan is not None
+        if plan is not None:
+            self.chains = plan.chains
+
+    def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
+        """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""
+        return self.plan(tune=tune, draws=draws, chains=chains).ledger
+
+    def max_iterations(self, epsilon: float | None = None, chains: int | None = None) -> int:
+        """Iterations per chain that ``chains`` chains can run at the fixed ``noise_multiplier``
+        within ``(epsilon, delta)`` (defaults: the step's)."""
+        return self.budget.max_iterations(
+            self.mechanisms(),
+            epsilon=epsilon,
+            chains=chains,
+            shared=self._shared_entries(),
+            needs_knob=self._tunable(),
         )

@@ -37,6 +37,14 @@ class PriorBlock:
         self.index = np.flatnonzero(~np.asarray(mask, dtype=bool))
         self._prior = prior
 
+    @classmethod
+    def of(cls, likelihood) -> PriorBlock | None:
+        """The block of ``likelihood``'s prior-only coordinates, or None where there are none."""
+        mask = likelihood.likelihood_mask
+        if mask.all():
+            return None
+        return cls(mask, lambda q: float(likelihood.prior_fn(q)[0]))
+
     def reset(self) -> None:
         self._adapt = DualAverageAdaptation(0.5, TARGET_ACCEPT, 0.05, 0.75, 10)
 

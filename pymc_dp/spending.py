@@ -18,6 +18,7 @@ released.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -33,8 +34,9 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.type import TensorType
 
 from pymc_dp.graph import _check_initvals
+from pymc_dp.runplan import PrivacyBudgetError
 
-__all__ = ["DataSeal", "SpendRecord", "data_fingerprint"]
+__all__ = ["DataSeal", "SpendRecord", "SpentOnce", "data_fingerprint"]
 
 
 def data_fingerprint(model: Model, graph=None, rows_only: bool = False) -> tuple:
@@ -150,3 +152,68 @@ class DataSeal:
             )
         if graph is not None:
             _check_initvals(graph)
+
+
+class SpentOnce:
+    """What a DP step is, before it is a sampler: spent once, renewable, rebuilt on other rows.
+
+    Mixed into :class:`~pymc_dp.step_methods.base.DPStep`, which sets ``self.seal`` (a
+    :class:`DataSeal`) and ``self.likelihood``. The arguments of the outermost constructor are
+    recorded so that :meth:`rebuild` can make the same step on other rows (``pdp.sample(data=)``).
+    """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # record the arguments of the outermost constructor, so that rebuild() can make the
+        # same step on other rows (pdp.sample(data=...))
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            if "_init_call" not in self.__dict__:
+                self._init_call = (args, dict(kw))
+            init(self, *args, **kw)
+
+        cls.__init__ = recording_init
+
+    @property
+    def spent(self) -> bool:
+        """Whether a chain of this step has read the data, or rows were bound to it for a run
+        (``pdp.sample(data=)``): a second run is refused."""
+        return self.seal.record.spent
+
+    def spent_message(self) -> str:
+        return (
+            f"This {type(self).__name__} has run before: a step is spent once (its noise was "
+            "calibrated for one run, and a second one would release the data again while the "
+            "report still says epsilon). Build a new step, or step.renew() (same compiled "
+            "kernels, a budget of its own)."
+        )
+
+    def claim_run(self) -> None:
+        """Mark the step as used for a run on rows bound to it (``pdp.sample(data=)``)."""
+        if not self.seal.record.claim("bind"):
+            raise PrivacyBudgetError(self.spent_message())
+
+    def check_data(self) -> None:
+        """Refuse if the model or its data changed since the step was built."""
+        lik = self.likelihood
+        self.seal.check(lik.model, getattr(lik, "graph", None), type(self).__name__)
+
+    def renew(self):
+        """A new step with the same arguments and compiled kernels, and a budget of its own:
+        running it is a second release of the data, whose epsilon adds to the first run's."""
+        self.check_data()
+        return self.rebuild(self.likelihood)
+
+    def rebuild(self, likelihood=None):
+        """The same step (same arguments) built again on the model's current data, or on
+        ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`)."""
+        args, kwargs = self._init_call
+        kwargs = {**kwargs, "model": self.likelihood.model}
+        if likelihood is not None:
+            kwargs["likelihood"] = likelihood
+        with self.likelihood.model:
+            return type(self)(*args, **kwargs)

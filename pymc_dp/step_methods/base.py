@@ -20,8 +20,6 @@ A chain or an iteration beyond the plan raises; a DP step inside a ``CompoundSte
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 import sys
 import warnings
@@ -33,21 +31,20 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.model import Model, modelcontext
 from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import CompoundStep
+from pymc.step_methods.compound import Competence, CompoundStep
 from pymc.util import RandomGenerator
 
-from pymc_dp.accounting.ledger import PrivacyLedger
 from pymc_dp.boundary import guarded
-from pymc_dp.budget import DELTA_RULE, Budget, default_chains, default_delta
+from pymc_dp.budget import DELTA_RULE, Budget, Budgeted, default_chains, default_delta
 from pymc_dp.likelihood import PerRowLikelihood, model_likelihood
 from pymc_dp.mechanisms import Mechanism
 from pymc_dp.noise import NoiseSource
 from pymc_dp.prior_block import PriorBlock
 from pymc_dp.runplan import PrivacyBudgetError, RunPlan
-from pymc_dp.spending import DataSeal
+from pymc_dp.spending import DataSeal, SpentOnce
 from pymc_dp.step_methods.chain import ChainState
 from pymc_dp.tuning import zero_tuning
-from pymc_dp.tuning.zero_tuning import DEFAULT_WARM_START
+from pymc_dp.tuning.zero_tuning import DEFAULT_WARM_START, ZeroTuned
 
 __all__ = [
     "DEFAULT_WARM_START",
@@ -127,17 +124,43 @@ def _free_vars(model: Model, vars: Sequence | None, step: str) -> list:
     return vars
 
 
-def _budget_field(name: str) -> property:
-    def get(self):
-        return getattr(self.budget, name)
+def _refuse_unplanned_chain(chain: int | None, plan: RunPlan) -> None:
+    if chain is not None and chain >= plan.chains:
+        raise PrivacyBudgetError(
+            f"Chain {chain + 1} of a run whose noise was calibrated for {plan.chains} chains: "
+            "every chain is a separate release of the data, so it would spend budget beyond "
+            f"epsilon. Create the step with chains={chain + 1} (or more), or use pdp.sample, "
+            "which calibrates for the exact chain count."
+        )
 
-    def set_(self, value):
-        if name == "chains":
-            self.budget = self.budget.for_chains(value)
-        else:
-            self.budget = dataclasses.replace(self.budget, **{name: value})
 
-    return property(get, set_, doc=f"The budget's ``{name}`` (:class:`~pymc_dp.budget.Budget`).")
+def _refuse_unplanned_iteration(i: int, plan: RunPlan) -> None:
+    if i >= plan.iterations:
+        raise PrivacyBudgetError(
+            f"Iteration {i + 1} of a chain planned for {plan.iterations}: it would release "
+            "beyond the budget."
+        )
+
+
+def _second_run_message(step: DPStep, chain: int) -> str:
+    return (
+        f"{type(step).__name__} already ran chain {chain + 1}: a step is spent once (its noise "
+        "was calibrated for one run). A second run would release the data again while its "
+        "report still says epsilon. Build a new step (or step.renew(), which keeps the compiled "
+        "kernels) and report both runs' epsilon."
+    )
+
+
+def _declared_stats(stats: Mapping[str, Stat], diagnostics: bool, step: str) -> dict:
+    """PyMC's ``stats_dtypes_shapes``: the releasable stats, and diagnostics on request."""
+    if diagnostics:
+        warnings.warn(
+            f"{step}(diagnostics=True) emits exact statistics of the private data (e.g. clip "
+            "fractions) without noise: the result is not releasable.",
+            UserWarning,
+            skip_file_prefixes=(_PACKAGE_DIR,),
+        )
+    return {k: (s.dtype, []) for k, s in stats.items() if s.releasable or diagnostics}
 
 
 def _plain_sample_warning() -> None:
@@ -149,7 +172,7 @@ def _plain_sample_warning() -> None:
     )
 
 
-class DPStep(ArrayStepShared):
+class DPStep(Budgeted, SpentOnce, ZeroTuned, ArrayStepShared):
     """Base class of the DP step methods (not used directly).
 
     Parameters
@@ -158,22 +181,8 @@ class DPStep(ArrayStepShared):
         Must be all free variables of the model (default): PyMC's own samplers evaluate the full
         model log-density, which contains the exact likelihood, and report it (``lp``, ``energy``),
         so no free variable may be left to them.
-    epsilon, delta : float, optional
-        Privacy budget of the whole run, all chains and tuning iterations included. With
-        ``epsilon`` alone the noise is calibrated to spend exactly this budget; with
-        ``noise_multiplier`` too the run is refused if it would overspend. ``delta`` defaults to
-        ``min(1e-6, 1 / (10 n))`` (recorded in the ledger).
-    noise_multiplier : float, optional
-        Fixed noise (std over L2 sensitivity). Without ``epsilon`` the spent budget is reported.
-    chains : int, optional
-        Chains the budget must cover under plain ``pm.sample`` (default: PyMC's default for the
-        machine); a further chain is refused. :func:`pymc_dp.sample` sets it exactly.
-    noise_seed : int, optional
-        Seed of the privacy noise. Default: OS entropy, which nobody can reproduce. A seed makes
-        the noise reproducible (tests, reproducible research); the ledger records it.
-    exact_noise : bool
-        Draw the integer noise of releases with OpenDP's exact samplers (see
-        :mod:`pymc_dp.noise`); slower, cannot be seeded.
+    epsilon, delta, noise_multiplier, chains, noise_seed, exact_noise
+        The step's budget: see :class:`~pymc_dp.budget.Budget`.
     warm_start : float, optional
         Share of the budget (of its Gaussian privacy loss mu) spent, when the step is created, on
         a private warm start (:mod:`pymc_dp.tuning.warm_start`): noisy Newton steps to the
@@ -197,41 +206,12 @@ class DPStep(ArrayStepShared):
     #: Every stat the step can emit; diagnostics only with ``diagnostics=True``.
     stats: ClassVar[dict[str, Stat]] = PRIVACY_STATS
     stats_dtypes_shapes: ClassVar[dict]  # per instance, derived from ``stats``
-    #: Zero tuning (no proposal scale / step size given): what it adapts, ``(scale, shape)``.
-    adapted: ClassVar[tuple[str, str] | None] = None
-    _auto: bool = False
-    adapt_covariance: bool = False
-    tempering: float = 1.0
     #: Whether the step needs only full-data sums (rows may live on Dask workers).
     distributed_rows: ClassVar[bool] = False
     #: Whether the draws are of a fitted distribution, not a chain (no mixing diagnostics).
     fit_draws: ClassVar[bool] = False
     #: The running chain's state (None before :meth:`setup_chain`).
     chain: ChainState | None = None
-
-    epsilon = _budget_field("epsilon")
-    delta = _budget_field("delta")
-    delta_rule = _budget_field("delta_rule")
-    noise_multiplier = _budget_field("noise_multiplier")
-    chains = _budget_field("chains")
-    noise_seed = _budget_field("noise_seed")
-    exact_noise = _budget_field("exact_noise")
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        # record the arguments of the outermost constructor, so that rebuild() can make the
-        # same step on other rows (pdp.sample(data=...))
-        super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            return
-
-        @functools.wraps(init)
-        def recording_init(self, *args, **kw):
-            if "_init_call" not in self.__dict__:
-                self._init_call = (args, dict(kw))
-            init(self, *args, **kw)
-
-        cls.__init__ = recording_init
 
     def __init__(
         self,
@@ -277,17 +257,8 @@ class DPStep(ArrayStepShared):
         self.n_rows = self.likelihood.n_rows
         self.budget = Budget.of(self.n_rows, delta=delta, **knobs)
         self.diagnostics = bool(diagnostics)
-        self.stats_dtypes_shapes = {
-            k: (s.dtype, []) for k, s in self.stats.items() if s.releasable or self.diagnostics
-        }
+        self.stats_dtypes_shapes = _declared_stats(self.stats, self.diagnostics, name)
         self.stats_dtypes = [{k: dtype for k, (dtype, _) in self.stats_dtypes_shapes.items()}]
-        if self.diagnostics:
-            warnings.warn(
-                f"{name}(diagnostics=True) emits exact statistics of the private data (e.g. clip "
-                "fractions) without noise: the result is not releasable.",
-                UserWarning,
-                skip_file_prefixes=(_PACKAGE_DIR,),
-            )
         self.warm = None
         needed = self._needs_warm_start()
         self.warm_start_share = zero_tuning.warm_start_share(warm_start, needed=needed, step=name)
@@ -296,10 +267,7 @@ class DPStep(ArrayStepShared):
         self._warned_plain = False
         # variables that enter only the prior move in their own exact block (no noise)
         self._active = self.likelihood.likelihood_mask
-        self._prior_block = None
-        if self._free_moves() and not self._active.all():
-            lik = self.likelihood
-            self._prior_block = PriorBlock(self._active, lambda q: float(lik.prior_fn(q)[0]))
+        self._prior_block = PriorBlock.of(self.likelihood) if self._free_moves() else None
         super().__init__(vars, self.likelihood.shared, blocked=blocked, rng=rng)
 
     # ------------------------------------------------------------------ subclass hooks
@@ -319,138 +287,14 @@ class DPStep(ArrayStepShared):
         """Whether the step has a noise knob to calibrate."""
         return True
 
-    def _needs_warm_start(self) -> bool:
-        """Zero-tuning configurations read their scales from the warm start."""
-        return False
-
     def _free_moves(self) -> bool:
         """Whether prior-only variables move exactly after every iteration (:mod:`prior_block`)."""
         return True
 
-    def _shape_mask(self) -> np.ndarray | None:
-        """Coordinates whose covariance adapts from the warm-up draws; None: no adaptation."""
-        return self._active if self._auto and self.adapt_covariance else None
-
-    def _set_shape(self, cov: np.ndarray) -> None:
-        """Use ``cov`` (public) as the proposal covariance / inverse mass matrix."""
-        raise NotImplementedError
-
-    def _warm_grad_clip(self) -> float:
-        """Per-row gradient bound of the warm start (public)."""
-        raise ValueError(f"{type(self).__name__} has no gradient bound for a warm start.")
-
-    def _warm_hess_clip(self) -> float | None:
-        """Bound on one row's observed information (public), or None: gradient outer products."""
-        return None
-
-    def _shared_entries(self) -> tuple:
-        """Releases made once for every chain (the warm start's), for the run's ledger."""
-        return self.warm.entries if self.warm is not None else ()
-
-    @property
-    def fit_likelihood(self) -> PerRowLikelihood:
-        """The kernels the warm start fits (its coordinates label the fit in the report)."""
-        return self.likelihood
-
-    def _run_warm_start(self, steps: int = 4) -> None:
-        """Spend ``warm_start`` of the budget now, once for every chain of every run."""
-        if not self.warm_start_share:
-            return
-        self.warm = zero_tuning.run_warm_start(
-            self.fit_likelihood,
-            self.budget,
-            self.warm_start_share,
-            grad_clip=self._warm_grad_clip(),
-            hess_clip=self._warm_hess_clip(),
-            tempering=self.tempering,
-            steps=steps,
-            step=type(self).__name__,
-        )
-
-    # ------------------------------------------------------------------ a step is spent once
-    @property
-    def spent(self) -> bool:
-        """Whether a chain of this step has read the data, or rows were bound to it for a run
-        (``pdp.sample(data=)``): a second run is refused."""
-        return self.seal.record.spent
-
-    def spent_message(self) -> str:
-        return (
-            f"This {type(self).__name__} has run before: a step is spent once (its noise was "
-            "calibrated for one run, and a second one would release the data again while the "
-            "report still says epsilon). Build a new step, or step.renew() (same compiled "
-            "kernels, a budget of its own)."
-        )
-
-    def claim_run(self) -> None:
-        """Mark the step as used for a run on rows bound to it (``pdp.sample(data=)``)."""
-        if not self.seal.record.claim("bind"):
-            raise PrivacyBudgetError(self.spent_message())
-
-    def check_data(self) -> None:
-        """Refuse if the model or its data changed since the step was built."""
-        lik = self.likelihood
-        self.seal.check(lik.model, getattr(lik, "graph", None), type(self).__name__)
-
-    def renew(self) -> DPStep:
-        """A new step with the same arguments and compiled kernels, and a budget of its own:
-        running it is a second release of the data, whose epsilon adds to the first run's."""
-        self.check_data()
-        return self.rebuild(self.likelihood)
-
-    def rebuild(self, likelihood: PerRowLikelihood | None = None) -> DPStep:
-        """The same step (same arguments) built again on the model's current data, or on
-        ``likelihood`` (rows bound elsewhere, :mod:`pymc_dp.distributed`)."""
-        args, kwargs = self._init_call
-        kwargs = {**kwargs, "model": self.likelihood.model}
-        if likelihood is not None:
-            kwargs["likelihood"] = likelihood
-        with self.likelihood.model:
-            return type(self)(*args, **kwargs)
-
-    # ------------------------------------------------------------------ the run plan
     @classmethod
     def releasable_stat_names(cls) -> frozenset[str]:
         """Names of the stats computed only from privatised quantities and public values."""
         return frozenset(k for k, s in cls.stats.items() if s.releasable)
-
-    def plan(self, *, tune: int, draws: int, chains: int | None = None) -> RunPlan:
-        """Calibrate a run of ``chains`` x (``tune`` + ``draws``) iterations (default chains: the
-        step's), or raise :class:`PrivacyBudgetError`; reads no data."""
-        note = zero_tuning.adaptation_note(self.adapted, self._auto, self.adapt_covariance)
-        return self.budget.plan(
-            self.mechanisms(),
-            sampler=type(self).__name__,
-            tune=tune,
-            draws=draws,
-            chains=chains,
-            releasable=not self.diagnostics,
-            shared=self._shared_entries(),
-            adaptation=note,
-            data_location=getattr(self.likelihood, "location", "in memory"),
-        )
-
-    def use_plan(self, plan: RunPlan | None) -> None:
-        """Run the next chains under ``plan`` (``pdp.sample`` does this); None forgets it."""
-        self._plan = plan
-        self._plan_managed = plan is not None
-        if plan is not None:
-            self.chains = plan.chains
-
-    def ledger(self, tune: int, draws: int, chains: int | None = None) -> PrivacyLedger:
-        """The ledger of a run of ``chains`` x (``tune`` + ``draws``) iterations."""
-        return self.plan(tune=tune, draws=draws, chains=chains).ledger
-
-    def max_iterations(self, epsilon: float | None = None, chains: int | None = None) -> int:
-        """Iterations per chain that ``chains`` chains can run at the fixed ``noise_multiplier``
-        within ``(epsilon, delta)`` (defaults: the step's)."""
-        return self.budget.max_iterations(
-            self.mechanisms(),
-            epsilon=epsilon,
-            chains=chains,
-            shared=self._shared_entries(),
-            needs_knob=self._tunable(),
-        )
 
     # ------------------------------------------------------------------ per chain
     def setup_chain(self, rng: RandomGenerator, tune: int, draws: int) -> None:
@@ -466,21 +310,10 @@ class DPStep(ArrayStepShared):
                 _plain_sample_warning()
                 self._warned_plain = True
         chain = _chain_index(self.rng)
-        if chain is not None and chain >= plan.chains:
-            raise PrivacyBudgetError(
-                f"Chain {chain + 1} of a run whose noise was calibrated for {plan.chains} chains: "
-                "every chain is a separate release of the data, so it would spend budget beyond "
-                f"epsilon. Create the step with chains={chain + 1} (or more), or use pdp.sample, "
-                "which calibrates for the exact chain count."
-            )
+        _refuse_unplanned_chain(chain, plan)
         self.check_data()
         if plan.ledger.per_chain and not self.seal.record.claim(chain or 0):
-            raise PrivacyBudgetError(
-                f"{type(self).__name__} already ran chain {(chain or 0) + 1}: a step is spent "
-                "once (its noise was calibrated for one run). A second run would release the "
-                "data again while its report still says epsilon. Build a new step (or "
-                "step.renew(), which keeps the compiled kernels) and report both runs' epsilon."
-            )
+            raise PrivacyBudgetError(_second_run_message(self, chain or 0))
         noise = NoiseSource.for_chain(plan.noise_seed, chain or 0, exact=plan.exact_noise)
         # a warm-started chain starts from a draw of the noise-aware Laplace fit (public)
         self.chain = ChainState(noise, start=self.warm.draw(self.rng) if self.warm else None)
@@ -497,11 +330,7 @@ class DPStep(ArrayStepShared):
         if plan is None or chain is None:
             raise RuntimeError(f"{type(self).__name__}.setup_chain was not called.")
         i = chain.iteration
-        if i >= plan.iterations:
-            raise PrivacyBudgetError(
-                f"Iteration {i + 1} of a chain planned for {plan.iterations}: it would release "
-                "beyond the budget."
-            )
+        _refuse_unplanned_iteration(i, plan)
         q = q0.data if i > 0 or chain.start is None else chain.start.astype(q0.data.dtype)
         q_new, stats = self._iterate(q)
         if self._prior_block is not None:
@@ -539,6 +368,4 @@ class DPStep(ArrayStepShared):
 
     @staticmethod
     def competence(var, has_grad):
-        from pymc.step_methods.compound import Competence
-
         return Competence.INCOMPATIBLE  # never assigned automatically

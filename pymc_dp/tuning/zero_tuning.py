@@ -9,6 +9,8 @@ post-processing, no budget).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from pymc_dp.budget import WARM_START_STREAM, Budget
@@ -17,7 +19,13 @@ from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.tuning.adaptation import WindowedCovariance
 from pymc_dp.tuning.warm_start import WarmStart, WarmStartError, warm_start
 
-__all__ = ["DEFAULT_WARM_START", "adaptation_note", "run_warm_start", "warm_start_share"]
+__all__ = [
+    "DEFAULT_WARM_START",
+    "ZeroTuned",
+    "adaptation_note",
+    "run_warm_start",
+    "warm_start_share",
+]
 
 #: Share of the budget a zero-tuning step spends on its private warm start.
 DEFAULT_WARM_START = 0.5
@@ -86,3 +94,69 @@ def adaptation_note(adapted: tuple[str, str] | None, auto: bool, covariance: boo
 def chain_adaptation(warm: WarmStart, tune: int, mask: np.ndarray) -> WindowedCovariance:
     """A chain's covariance adaptation, starting from the warm start's shape."""
     return WindowedCovariance(warm.posterior_cov, tune, mask, initial_mean=warm.mean)
+
+
+class ZeroTuned:
+    """A step's zero-tuning hooks: whether it needs a warm start, what bounds the warm start
+    uses, what its chains adapt, and the warm start's one run (:meth:`_run_warm_start`).
+
+    Mixed into :class:`~pymc_dp.step_methods.base.DPStep`, which sets ``likelihood``, ``budget``,
+    ``warm`` (None until the warm start ran), ``warm_start_share`` and ``_active`` (the
+    coordinates the likelihood reads). A zero-tuning subclass overrides
+    :meth:`_needs_warm_start`, :meth:`_warm_grad_clip` and :meth:`_set_shape`.
+    """
+
+    #: Zero tuning (no proposal scale / step size given): what it adapts, ``(scale, shape)``.
+    adapted: ClassVar[tuple[str, str] | None] = None
+    _auto: bool = False
+    adapt_covariance: bool = False
+    tempering: float = 1.0
+    warm: WarmStart | None = None
+
+    def _needs_warm_start(self) -> bool:
+        """Zero-tuning configurations read their scales from the warm start."""
+        return False
+
+    def _adaptation(self) -> str:
+        """What the chains tune during warm-up, from released values only (for the ledger)."""
+        return adaptation_note(self.adapted, self._auto, self.adapt_covariance)
+
+    def _shape_mask(self) -> np.ndarray | None:
+        """Coordinates whose covariance adapts from the warm-up draws; None: no adaptation."""
+        return self._active if self._auto and self.adapt_covariance else None
+
+    def _set_shape(self, cov: np.ndarray) -> None:
+        """Use ``cov`` (public) as the proposal covariance / inverse mass matrix."""
+        raise NotImplementedError
+
+    def _warm_grad_clip(self) -> float:
+        """Per-row gradient bound of the warm start (public)."""
+        raise ValueError(f"{type(self).__name__} has no gradient bound for a warm start.")
+
+    def _warm_hess_clip(self) -> float | None:
+        """Bound on one row's observed information (public), or None: gradient outer products."""
+        return None
+
+    def _shared_entries(self) -> tuple:
+        """Releases made once for every chain (the warm start's), for the run's ledger."""
+        return self.warm.entries if self.warm is not None else ()
+
+    @property
+    def fit_likelihood(self) -> PerRowLikelihood:
+        """The kernels the warm start fits (its coordinates label the fit in the report)."""
+        return self.likelihood
+
+    def _run_warm_start(self, steps: int = 4) -> None:
+        """Spend ``warm_start`` of the budget now, once for every chain of every run."""
+        if not self.warm_start_share:
+            return
+        self.warm = run_warm_start(
+            self.fit_likelihood,
+            self.budget,
+            self.warm_start_share,
+            grad_clip=self._warm_grad_clip(),
+            hess_clip=self._warm_hess_clip(),
+            tempering=self.tempering,
+            steps=steps,
+            step=type(self).__name__,
+        )
