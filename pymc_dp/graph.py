@@ -1280,111 +1280,145 @@ def _check_row_local(graph: ModelGraph) -> None:
     inputs) by a far-off value, for pairs from a fixed public generator at public parameter
     points, then with half the people changed at once, and with every row of one input made
     like its largest (smallest) person's: every other term (hers) must stay the same, to the
-    last bits (a row-local graph computes
-    each row from that row alone). Also checked on the model's own graph of the observed
-    variables' parameters, before PyMC's rewrites fold ``X - X.mean()`` of an embedded NumPy
-    array into a new constant that looks row-local. A likelihood that standardises by
-    ``X.mean()`` or reads ``y[i - 1]`` fails.
+    last bits (a row-local graph computes each row from that row alone). Also checked on the
+    model's own graph of the observed variables' parameters, before PyMC's rewrites fold
+    ``X - X.mean()`` of an embedded NumPy array into a new constant that looks row-local. A
+    likelihood that standardises by ``X.mean()`` or reads ``y[i - 1]`` fails.
     """
-    model = graph.model
-    inputs = [i for i in graph.row_inputs if i.var.owner is None]
-    syms = [i.var.type() for i in inputs]
-    swap = dict(zip([i.var for i in inputs], syms, strict=True))
-    fn = pytensor.function(
-        [*model.value_vars, *syms],
-        clone_replace(graph.rows, swap),
-        mode=_CHECK_MODE,
-        on_unused_input="ignore",
-    )
-    params, axes = _forward_parameters(graph, swap, syms)
-    rng = np.random.default_rng(20261123)  # public: which rows and points are compared
-    # rows that are all alike (the placeholders of rows bound later, pdp.sample(data=)) cannot
-    # show a dependence between rows: check the structure on public random rows instead
-    values = [_distinct_rows(_value_of(i.var), i.row_axis, rng) for i in inputs]
-    point = model.initial_point()
-    n = graph.n_rows
-    half = rng.random(n) < 0.5
-    # one shift for every float input of a row keeps their order (a Censored's lower <= upper
-    # with per-row bounds: moved apart by their own sizes they crossed, review)
-    largest = [np.abs(v[np.isfinite(v)]).max(initial=0.0) for v in values if v.dtype.kind == "f"]
-    shift = 1e3 * (1.0 + min(float(max(largest, default=0.0)), 1e297))  # finite
+    trials = _RowTrials(graph)
+    if trials.swaps() or trials.aggregates():
+        _not_row_local(graph, trials.inputs)
 
-    def changed(args, moved, touched) -> bool:
+
+class _RowTrials:
+    """The trials of :func:`_check_row_local`: every other row's term compared on the rows and on
+    moved rows (and the model's graph of the observed variables' parameters with them), at
+    points and rows drawn from one public generator, in a fixed order."""
+
+    def __init__(self, graph: ModelGraph) -> None:
+        model = graph.model
+        self.inputs = inputs = [i for i in graph.row_inputs if i.var.owner is None]
+        syms = [i.var.type() for i in inputs]
+        swap = dict(zip([i.var for i in inputs], syms, strict=True))
+        self.fn = pytensor.function(
+            [*model.value_vars, *syms],
+            clone_replace(graph.rows, swap),
+            mode=_CHECK_MODE,
+            on_unused_input="ignore",
+        )
+        self.params, self.axes = _forward_parameters(graph, swap, syms)
+        self.rng = rng = np.random.default_rng(20261123)  # public: which rows, which points
+        # rows that are all alike (the placeholders of rows bound later, pdp.sample(data=))
+        # cannot show a dependence between rows: check the structure on public random rows
+        self.values = [_distinct_rows(_value_of(i.var), i.row_axis, rng) for i in inputs]
+        self.value_vars = model.value_vars
+        self.point = model.initial_point()
+        self.n = n = graph.n_rows
+        self.half = rng.random(n) < 0.5
+        # one shift for every float input of a row keeps their order (a Censored's lower <=
+        # upper with per-row bounds: moved apart by their own sizes they crossed, review)
+        values = self.values
+        largest = [
+            np.abs(v[np.isfinite(v)]).max(initial=0.0) for v in values if v.dtype.kind == "f"
+        ]
+        self.shift = 1e3 * (1.0 + min(float(max(largest, default=0.0)), 1e297))  # finite
+
+    def changed(self, args, moved, touched) -> bool:
+        """Whether a term (or a parameter) of a row not in ``touched`` moved with ``moved``."""
+        fn, params = self.fn, self.params
         with np.errstate(all="ignore"):
-            pairs = [(fn(*args, *values), fn(*args, *moved), 0)]
+            pairs = [(fn(*args, *self.values), fn(*args, *moved), 0)]
             if params is not None:
                 try:
-                    forward = list(
-                        zip(params(*args, *values), params(*args, *moved), axes, strict=True)
-                    )
+                    before, after = params(*args, *self.values), params(*args, *moved)
+                    forward = list(zip(before, after, self.axes, strict=True))
                 except Exception:  # noqa: BLE001 - review: a far-off row overflowed a random
                     # draw in the parameters' graph (a zero-inflated Poisson's exp(eta)): a
                     # refusal that depended on that row; its terms above are still compared
                     forward = []
                 pairs += forward
-        return any(_other_rows_changed(a, b, axis, touched, n) for a, b, axis in pairs)
+        return any(_other_rows_changed(a, b, axis, touched, self.n) for a, b, axis in pairs)
 
-    for trial in range(8):
-        # at the initial point a coefficient may be 0 and hide a dependence: the halves jitter
-        jitter = 0.3 * (trial % 2 or trial >= 6)  # continuous variables only
-        args = [
+    def _args(self, jitter: float) -> list:
+        """The initial point, continuous variables jittered (the draws are made either way)."""
+        rng, point = self.rng, self.point
+        return [
             np.asarray(point[v.name], dtype=v.dtype)
             + (jitter * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
-            for v in model.value_vars
+            for v in self.value_vars
         ]
-        if trial < 6:  # one person replaced by another, or (float rows) far off
-            j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
-            touched = np.arange(n) == j
-            moved = [
-                _replace_row(v, i.row_axis, j, k, shift if trial >= 4 else 0.0, up=trial == 4)
-                for i, v in zip(inputs, values, strict=True)
-            ]
-        else:  # a random half of the people changed at once, then the other half: a row that
-            # reads any particular other person (the max, person 17) sees one of them move
-            touched = half if trial == 6 else ~half
-            moved = [
-                _change_rows(v, i.row_axis, touched, rng, shift, up=trial == 6)
-                for i, v in zip(inputs, values, strict=True)
-            ]
-        if changed(args, moved, touched):
-            _not_row_local(graph, inputs)
-    # one input's rows all made like its largest (smallest) person's, who alone stays as she
-    # was: an aggregate of integer codes with ties (g - g.min()), which no swap of people moves,
-    # moves, and her term with it (review)
-    args = [
-        np.asarray(point[v.name], dtype=v.dtype)
-        + (0.3 * rng.standard_normal(np.shape(point[v.name])) if "float" in v.dtype else 0)
-        for v in model.value_vars
-    ]
-    # (a model that cannot evaluate such rows, a Censored's per-row lower bounds all made like
-    # the largest above the upper ones, skips it: review)
-    for k, inp in enumerate(inputs):
-        for largest in (True, False):
-            j, like = _all_like(values[k], inp.row_axis, largest)
-            moved = [*values[:k], like, *values[k + 1 :]]
-            try:
-                moved_others = changed(args, moved, np.arange(n) != j)
-            except Exception:  # noqa: BLE001 - evaluated on rows the model may not accept
+
+    def swaps(self) -> bool:
+        """One person replaced by another, or (float rows) far off; then a random half of the
+        people changed at once, and the other half: a row that reads any particular other
+        person (the max, person 17) sees one of them move."""
+        rng, n, inputs, values = self.rng, self.n, self.inputs, self.values
+        for trial in range(8):
+            # at the initial point a coefficient may be 0 and hide a dependence: jitter
+            args = self._args(0.3 * (trial % 2 or trial >= 6))
+            if trial < 6:
+                j, k = (int(r) for r in rng.choice(n, size=2, replace=False)) if n > 1 else (0, 0)
+                touched = np.arange(n) == j
+                shift = self.shift if trial >= 4 else 0.0
+                moved = [
+                    _replace_row(v, i.row_axis, j, k, shift, up=trial == 4)
+                    for i, v in zip(inputs, values, strict=True)
+                ]
+            else:
+                touched = self.half if trial == 6 else ~self.half
+                moved = [
+                    _change_rows(v, i.row_axis, touched, rng, self.shift, up=trial == 6)
+                    for i, v in zip(inputs, values, strict=True)
+                ]
+            if self.changed(args, moved, touched):
+                return True
+        return False
+
+    def aggregates(self) -> bool:
+        """Aggregates no swap of people moves, at one jittered point: :meth:`_all_like`, then
+        :meth:`_beyond`."""
+        args = self._args(0.3)
+        return self._all_like(args) or self._beyond(args)
+
+    def _all_like(self, args) -> bool:
+        """One input's rows all made like its largest (smallest) person's, who alone stays as
+        she was: an aggregate of integer codes with ties (g - g.min()), which no swap of people
+        moves, moves, and her term with it (review). A model that cannot evaluate such rows (a
+        Censored's per-row lower bounds all made like the largest above the upper ones) skips
+        it."""
+        values, n = self.values, self.n
+        for k, inp in enumerate(self.inputs):
+            for largest in (True, False):
+                j, like = _all_like(values[k], inp.row_axis, largest)
+                moved = [*values[:k], like, *values[k + 1 :]]
+                try:
+                    moved_others = self.changed(args, moved, np.arange(n) != j)
+                except Exception:  # noqa: BLE001 - evaluated on rows the model may not accept
+                    continue
+                if moved_others:
+                    return True
+        return False
+
+    def _beyond(self, args) -> bool:
+        """One person's integer row moved beyond every other's (review: a condition on all
+        counts, all(c <= 2), that no swap of people moves); a model that cannot evaluate such a
+        row (an index beyond its range) skips this trial, which only adds to the ones above."""
+        values, n = self.values, self.n
+        for k, inp in enumerate(self.inputs):
+            if values[k].dtype.kind not in "iu" or n < 2:
                 continue
-            if moved_others:
-                _not_row_local(graph, inputs)
-    # one person's integer row moved beyond every other's (review: a condition on all counts,
-    # all(c <= 2), that no swap of people moves); a model that cannot evaluate such a row (an
-    # index beyond its range) skips this trial, which only adds to the ones above
-    for k, inp in enumerate(inputs):
-        if values[k].dtype.kind not in "iu" or n < 2:
-            continue
-        j = int(rng.integers(n))
-        # column by column: a group id beyond its range fails, a count in the next column
-        # must still be tried; above and below (all(c >= 1) flips below: review)
-        for beyond in _beyond(values[k], inp.row_axis, j):
-            moved = [*values[:k], beyond, *values[k + 1 :]]
-            try:
-                moved_others = changed(args, moved, np.arange(n) == j)
-            except Exception:  # noqa: BLE001 - evaluated on a row the model may not accept
-                continue
-            if moved_others:
-                _not_row_local(graph, inputs)
+            j = int(self.rng.integers(n))
+            # column by column: a group id beyond its range fails, a count in the next column
+            # must still be tried; above and below (all(c >= 1) flips below: review)
+            for beyond in _beyond(values[k], inp.row_axis, j):
+                moved = [*values[:k], beyond, *values[k + 1 :]]
+                try:
+                    moved_others = self.changed(args, moved, np.arange(n) == j)
+                except Exception:  # noqa: BLE001 - evaluated on a row the model may not accept
+                    continue
+                if moved_others:
+                    return True
+        return False
 
 
 def _check_rows_stay_rows(graph: ModelGraph) -> None:

@@ -31,13 +31,13 @@ kernel 2x (one softplus per row instead of four, no check passes).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
@@ -126,39 +126,57 @@ def split_columns(
     ``CheckAndRaise``, ``X[:, j]``, squeezing a single column, and optionally ``Dot(X, W)``.
     A consumer of an original input without a rule keeps reading the original (unsplit) input.
     """
-    cols: dict[Variable, list[Variable]] = {}
     columns: dict[Variable, list[Variable]] = {}
     for x in row_inputs:
         value = _const_value(x)
         if value is None or value.ndim != 2 or value.shape[1] > max_columns:
             continue
         make = _shared if shared else pt.constant
-        c = [
+        columns[x] = [
             make(np.ascontiguousarray(value[:, j]), name=f"{x.name or 'x'}[:, {j}]")
             for j in range(value.shape[1])
         ]
-        cols[x] = columns[x] = c
-    if not cols:
+    if not columns:
         return list(outputs), columns
+    split = _ColumnSplit(columns, max_columns, split_dot)
+    for node in io_toposort([], list(outputs)):
+        if not (any(i in split.cols for i in node.inputs) and split.carry(node)):
+            split.rebuild(node)
+    return [split.get(o) for o in outputs], columns
 
-    new: dict[Variable, Variable] = {}
-    stacked: dict[Variable, Variable] = {}
 
-    def get(v: Variable) -> Variable:
-        if v in columns:  # a consumer without a column rule reads the original input
+#: A column rule: carries the node's outputs as columns and returns True, or returns False.
+_Rule = Callable[["_ColumnSplit", Apply], bool]
+
+
+class _ColumnSplit:
+    """The state of :func:`split_columns`' walk: values carried as columns (``cols``), values
+    rebuilt on the columns (``new``), and the column rules (:meth:`carry`)."""
+
+    def __init__(self, columns: dict, max_columns: int, split_dot: bool) -> None:
+        self.columns = columns  # the original inputs: a consumer without a rule reads these
+        self.cols: dict[Variable, list[Variable]] = dict(columns)
+        self.new: dict[Variable, Variable] = {}
+        self.stacked: dict[Variable, Variable] = {}
+        self.max_columns = max_columns
+        self.split_dot = split_dot
+
+    def get(self, v: Variable) -> Variable:
+        """``v`` as a whole value: restacked where it is carried as columns."""
+        if v in self.columns:  # a consumer without a column rule reads the original input
             return v
-        if v in cols:
-            if v not in stacked:
-                stacked[v] = pt.stack(cols[v], axis=1)
-            return stacked[v]
-        return new.get(v, v)
+        if v in self.cols:
+            if v not in self.stacked:
+                self.stacked[v] = pt.stack(self.cols[v], axis=1)
+            return self.stacked[v]
+        return self.new.get(v, v)
 
-    def column(v: Variable, j: int) -> Variable:
+    def column(self, v: Variable, j: int) -> Variable:
         """Column ``j`` of an operand of a column-wise node (broadcast if needed)."""
-        if v in cols:
-            c = cols[v]
+        if v in self.cols:
+            c = self.cols[v]
             return c[0] if len(c) == 1 else c[j]
-        v2 = new.get(v, v)
+        v2 = self.new.get(v, v)
         if v.type.ndim == 0:
             return v2
         if v.type.ndim == 1:  # broadcasts against the trailing axis
@@ -167,79 +185,119 @@ def split_columns(
         col = 0 if v.type.broadcastable[1] else j
         return v2[row, col]
 
-    for node in io_toposort([], list(outputs)):
-        ins = node.inputs
-        op = node.op
-        mapped = [i for i in ins if i in cols]
-        out = node.outputs[0]
-        if mapped:
-            # an (n, 1) input broadcast against a (K,) operand makes K columns, not 1 (review:
-            # a NormalMixture with a per-row sd of shape (n, 1)); unknown K: no column rule
-            k_out = out.type.shape[1] if out.type.ndim == 2 else None
-            if (
-                isinstance(op, Elemwise)
-                and all(o.type.ndim == 2 for o in node.outputs)
-                and k_out is not None
-                and k_out <= max_columns
-                and all(len(cols[i]) in (1, k_out) for i in mapped)
-            ):
-                per_col = [op.make_node(*[column(i, j) for i in ins]).outputs for j in range(k_out)]
-                for t, o in enumerate(node.outputs):
-                    cols[o] = [per_col[j][t] for j in range(k_out)]
-                continue
-            if isinstance(op, CAReduce) and ins[0] in cols and type(op.scalar_op) in _COMBINE:
-                axes = tuple(range(ins[0].type.ndim)) if op.axis is None else tuple(op.axis)
-                if 1 in axes:
-                    r = _COMBINE[type(op.scalar_op)](*cols[ins[0]])
-                    rest = tuple(a for a in axes if a != 1)
-                    if rest:
-                        r = CAReduce(op.scalar_op, axis=rest)(r)
-                    new[out] = pt.cast(r, out.dtype) if r.dtype != out.dtype else r
-                    continue
-            if isinstance(op, Alloc) and ins[0] in cols and out.type.ndim == 2:
-                same = ins[0].type.shape == out.type.shape and None not in out.type.shape
-                if same or len(cols[ins[0]]) == out.type.shape[1]:
-                    cols[out] = cols[ins[0]]
-                    continue
-            if isinstance(op, SpecifyShape) and ins[0] in cols:
-                cols[out] = cols[ins[0]]
-                continue
-            if isinstance(op, CheckAndRaise) and ins[0] in cols:
-                conds = [get(i) for i in ins[1:]]
-                cols[out] = [op(c, *conds) for c in cols[ins[0]]]
-                continue
-            if (
-                isinstance(op, Subtensor)
-                and ins[0] in cols
-                and len(op.idx_list) == 2
-                and op.idx_list[0] == slice(None)
-                and len(ins) == 2
-                and _const_value(ins[1]) is not None
-            ):
-                new[out] = cols[ins[0]][int(_const_value(ins[1]))]
-                continue
-            if isinstance(op, DimShuffle) and ins[0] in cols and len(cols[ins[0]]) == 1:
-                if tuple(op.new_order) == (0,):
-                    new[out] = cols[ins[0]][0]
-                    continue
-            if split_dot and isinstance(op, Dot) and ins[0] in cols and ins[1] not in cols:
-                w = new.get(ins[1], ins[1])
-                xc = cols[ins[0]]
-                if w.type.ndim == 1:
-                    new[out] = pt.add(*[c * w[j] for j, c in enumerate(xc)])
-                    continue
-                if w.type.ndim == 2 and w.type.shape[1] is not None:
-                    cols[out] = [
-                        pt.add(*[c * w[j, m] for j, c in enumerate(xc)])
-                        for m in range(w.type.shape[1])
-                    ]
-                    continue
-        new_ins = [get(i) for i in ins]
-        if any(a is not b for a, b in zip(new_ins, ins, strict=True)):
+    def rebuild(self, node: Apply) -> None:
+        """A node without a column rule: rebuilt on its inputs' whole values, if any changed."""
+        new_ins = [self.get(i) for i in node.inputs]
+        if any(a is not b for a, b in zip(new_ins, node.inputs, strict=True)):
             rebuilt = node.clone_with_new_inputs(new_ins, strict=False)
             for o, o2 in zip(node.outputs, rebuilt.outputs, strict=True):
-                new[o] = o2
-    return [get(o) for o in outputs], columns
+                self.new[o] = o2
+
+    def carry(self, node: Apply) -> bool:
+        """Apply the first column rule that fits ``node``; False: none does."""
+        return any(rule(self, node) for rule in _COLUMN_RULES)
+
+    def elemwise(self, node: Apply) -> bool:
+        out = node.outputs[0]
+        # an (n, 1) input broadcast against a (K,) operand makes K columns, not 1 (review:
+        # a NormalMixture with a per-row sd of shape (n, 1)); unknown K: no column rule
+        k_out = out.type.shape[1] if out.type.ndim == 2 else None
+        mapped = [i for i in node.inputs if i in self.cols]
+        if not (
+            isinstance(node.op, Elemwise)
+            and all(o.type.ndim == 2 for o in node.outputs)
+            and k_out is not None
+            and k_out <= self.max_columns
+            and all(len(self.cols[i]) in (1, k_out) for i in mapped)
+        ):
+            return False
+        per_col = [
+            node.op.make_node(*[self.column(i, j) for i in node.inputs]).outputs
+            for j in range(k_out)
+        ]
+        for t, o in enumerate(node.outputs):
+            self.cols[o] = [per_col[j][t] for j in range(k_out)]
+        return True
+
+    def reduce(self, node: Apply) -> bool:
+        op, x, out = node.op, node.inputs[0], node.outputs[0]
+        if not (isinstance(op, CAReduce) and x in self.cols and type(op.scalar_op) in _COMBINE):
+            return False
+        axes = tuple(range(x.type.ndim)) if op.axis is None else tuple(op.axis)
+        if 1 not in axes:
+            return False
+        r = _COMBINE[type(op.scalar_op)](*self.cols[x])
+        rest = tuple(a for a in axes if a != 1)
+        if rest:
+            r = CAReduce(op.scalar_op, axis=rest)(r)
+        self.new[out] = pt.cast(r, out.dtype) if r.dtype != out.dtype else r
+        return True
+
+    def passthrough(self, node: Apply) -> bool:
+        """``Alloc`` to its own shape, ``SpecifyShape``, ``CheckAndRaise``: per column."""
+        op, x, out = node.op, node.inputs[0], node.outputs[0]
+        if x not in self.cols:
+            return False
+        if isinstance(op, Alloc) and out.type.ndim == 2:
+            same = x.type.shape == out.type.shape and None not in out.type.shape
+            if same or len(self.cols[x]) == out.type.shape[1]:
+                self.cols[out] = self.cols[x]
+                return True
+        if isinstance(op, SpecifyShape):
+            self.cols[out] = self.cols[x]
+            return True
+        if isinstance(op, CheckAndRaise):
+            conds = [self.get(i) for i in node.inputs[1:]]
+            self.cols[out] = [op(c, *conds) for c in self.cols[x]]
+            return True
+        return False
+
+    def select(self, node: Apply) -> bool:
+        """``X[:, j]`` with a constant ``j``, and squeezing a single column."""
+        op, ins, out = node.op, node.inputs, node.outputs[0]
+        if ins[0] not in self.cols:
+            return False
+        if (
+            isinstance(op, Subtensor)
+            and len(op.idx_list) == 2
+            and op.idx_list[0] == slice(None)
+            and len(ins) == 2
+            and _const_value(ins[1]) is not None
+        ):
+            self.new[out] = self.cols[ins[0]][int(_const_value(ins[1]))]
+            return True
+        if isinstance(op, DimShuffle) and len(self.cols[ins[0]]) == 1:
+            if tuple(op.new_order) == (0,):
+                self.new[out] = self.cols[ins[0]][0]
+                return True
+        return False
+
+    def dot(self, node: Apply) -> bool:
+        """``Dot(X, W)`` as ``sum_j X_j W_j`` (with ``split_dot``)."""
+        ins, out = node.inputs, node.outputs[0]
+        if not (self.split_dot and isinstance(node.op, Dot)):
+            return False
+        if ins[0] not in self.cols or ins[1] in self.cols:
+            return False
+        w, xc = self.new.get(ins[1], ins[1]), self.cols[ins[0]]
+        if w.type.ndim == 1:
+            self.new[out] = pt.add(*[c * w[j] for j, c in enumerate(xc)])
+            return True
+        if w.type.ndim == 2 and w.type.shape[1] is not None:
+            self.cols[out] = [
+                pt.add(*[c * w[j, m] for j, c in enumerate(xc)]) for m in range(w.type.shape[1])
+            ]
+            return True
+        return False
+
+
+_COLUMN_RULES: tuple[_Rule, ...] = (
+    _ColumnSplit.elemwise,
+    _ColumnSplit.reduce,
+    _ColumnSplit.passthrough,
+    _ColumnSplit.select,
+    _ColumnSplit.dot,
+)
 
 
 def provably_true(cond: Variable) -> bool:

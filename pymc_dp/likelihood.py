@@ -20,7 +20,6 @@ holds, its contribution stays within the sensitivity the accountant assumes.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import pickle
 import threading
@@ -40,13 +39,14 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import pushforward
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.op import Op
-from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
+from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
+from pymc_dp.clipped_kernels import ClippedKernels
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
-from pymc_dp.kernel_rewrites import common_factor, hessian_fn, numpy_mode, optimise_rows
+from pymc_dp.kernel_rewrites import hessian_fn, numpy_mode, optimise_rows
 from pymc_dp.spending import data_fingerprint
 
 __all__ = ["PerRowLikelihood", "model_likelihood"]
@@ -65,9 +65,6 @@ CACHE_KERNELS = os.environ.get("PYMC_DP_CACHE_KERNELS") == "1"
 _NUMPY_MAX_ROWS = 2_000_000
 #: Up to this many coordinates, per-row gradients are built one coordinate at a time.
 _MAX_COMPONENT_DIM = 32
-#: Above this many coordinates the empirical Fisher is summed as a matrix product
-#: (:meth:`PerRowLikelihood._fisher_kernel`), not entry by entry.
-_MAX_UNROLLED_FISHER_DIM = 10
 
 
 #: Likelihoods alive in this process, by model and arguments: every step's, held weakly, so a
@@ -201,21 +198,121 @@ def _uncached_kernel(blob: bytes, quiet: bool = False) -> _Serialised:
         return _Serialised(pickle.loads(blob), cache=False, quiet=quiet)
 
 
-def _inline_values(outs) -> set:
-    """The values of the one-value constants ``outs`` read."""
-    return {
-        (str(c.type.dtype), np.asarray(c.data).tobytes())
-        for c in graph_inputs(outs)
-        if isinstance(c, Constant) and hasattr(c.type, "dtype") and np.size(c.data) == 1
-    }
+class _StorageCompiler:
+    """How a :class:`PerRowLikelihood` compiles a kernel: every array of the rows read from
+    storage (never embedded as a constant), what the rewrites would fold from the rows computed
+    once into storage, a few-call kernel in NumPy, one caller at a time."""
+
+    def _compile(self, inputs, outputs, cache: bool = True, few: bool = False):
+        """``cache=False``: numba must not cache it on disk (a value of the rows may be inline).
+        ``few``: a kernel a fit calls a handful of times (the warm start's passes), evaluated in
+        NumPy (:func:`~pymc_dp.kernel_rewrites.numpy_mode`) unless a mode was asked for or the
+        rows are many (see ``_NUMPY_MAX_ROWS``)."""
+        cache = CACHE_KERNELS and cache and self.n_rows > 1  # one row: a one-value array
+        kwargs = dict(self._compile_kwargs)
+        quiet = few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS
+        if quiet:
+            kwargs["mode"], cache = numpy_mode(), False
+        if self._idx in inputs:
+            # Batch kernels gather rows first, in tight loops. Fused into the arithmetic loop
+            # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
+            # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
+            kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
+        outputs = self._rows_as_storage(outputs)
+        # the folds may prove an input unused (no rows: a Dask driver's empty placeholder)
+        kwargs.setdefault("on_unused_input", "ignore")
+        # One compile at a time per process: change_flags and PyTensor's rewrite databases are
+        # process-global, and Dask workers in threads (processes=False) compile concurrently
+        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
+            fn = pm_compile(inputs, outputs, **kwargs)
+        fn.trust_input = True
+        return _Serialised(fn, cache=cache, quiet=quiet)
+
+    def _rows_as_storage(self, outputs):
+        """``outputs`` reading every array of the rows from a shared variable, never a constant.
+
+        Numba writes a compiled graph's constants into its on-disk cache (PyTensor's compiledir,
+        which outlives the process) and hashes them into the cache files' names, so a kernel
+        that embeds the rows must not be cached, and then every new process compiles it again
+        (16 s of a 17 s ``DPLaplace`` on the quickstart). Read from storage, the rows are data
+        the compiled code is called with: the cache holds code only.
+
+        Which constants hold private values cannot be told after the graph was cloned and
+        rewritten (PyMC and :func:`optimise_rows` make new ones from the rows, ``2 y - 1`` for a
+        Bernoulli row), so every constant of more than one value moves (with a single row, every
+        array). They move *before* PyTensor's rewrites, which would otherwise read their values
+        (found in review: a column every row shares, all-zero outcomes, equal weights were
+        folded into one inline value, cached on disk). One value left inline is then a
+        parameter of the model (public by the contract); kept inline, a fused loop stays
+        vectorised (moved, the banana's ratio kernel ran 23x slower). What the rewrites would
+        have folded from the rows (a GLM's ``sum_j x_ij^2``, the finite covariate matrix: the
+        gradient kernel ran 2.4x slower without) is computed once, after them, into storage
+        (:meth:`_fold_rows`)."""
+        single = isinstance(outputs, Variable)
+        outs = self._in_storage([outputs] if single else list(outputs))
+        outs = self._fold_rows(rewrite_graph(outs, include=("canonicalize",)))
+        return outs[0] if single else outs
+
+    def _in_storage(self, outs: list) -> list:
+        """``outs`` with every constant of more than one value (with one row, every array) read
+        from storage: before any rewrite that could read its values (:meth:`_rows_as_storage`)."""
+        every = self.n_rows <= 1
+        swap = {
+            c: self._storage_of(c)
+            for c in graph_inputs(outs)
+            if isinstance(c, Constant)
+            and (np.size(c.data) > 1 or (every and getattr(c.type, "ndim", 0) > 0))
+        }
+        return graph_replace(outs, swap, strict=False) if swap else outs
+
+    def _fold_rows(self, outs: list) -> list:
+        """``outs`` with every graph of the rows alone (storage and constants, no parameter)
+        replaced by its value, computed once here (NumPy, nothing cached) into storage."""
+        rows = {id(v) for v in self._storage.values()}
+        fixed: set = set()  # variables of storage and constants only
+        reads: set = set()  # ... that read the rows
+        folds: dict = {}
+        for node in io_toposort(graph_inputs(outs), outs):
+            ins = node.inputs
+            if (
+                type(node.op).do_constant_folding is Op.do_constant_folding
+                and all(isinstance(o.type, TensorType) for o in node.outputs)  # storage's types
+                and all(isinstance(i, Constant) or id(i) in rows or i in fixed for i in ins)
+            ):
+                fixed.update(node.outputs)
+                if any(id(i) in rows or i in reads for i in ins):
+                    reads.update(node.outputs)
+                continue
+            folds.update((i, None) for i in ins if i in reads)
+        folds.update((o, None) for o in outs if o in reads)
+        if not folds:
+            return outs
+        todo = list(folds)
+        fn = pytensor.function([], todo, mode=Mode(linker="py", optimizer=None))
+        with np.errstate(all="ignore"):  # a row's overflow must not warn
+            values = fn()
+        swap = {
+            v: pytensor.shared(np.asarray(x, dtype=v.type.dtype), borrow=True, shape=v.type.shape)
+            for v, x in zip(todo, values, strict=True)
+        }
+        return graph_replace(outs, swap, strict=False)
+
+    def _storage_of(self, c: Constant) -> SharedVariable:
+        """One shared variable per array and static type (clones of a constant share their
+        array), shared by the kernels that read it: a copy made once, so that editing a
+        ``pm.Data`` value in place does not reach kernels built before (review). Of the
+        constant's static type: a looser one would make the replacement wrap it in a
+        ``SpecifyShape`` of the row count all the same."""
+        key = (id(c.data), c.type)
+        found = self._storage.get(key)
+        if found is None:
+            found = pytensor.shared(np.array(c.data), name=c.name, borrow=True, shape=c.type.shape)
+            self._storage[key] = found
+            self._storage_keep.append(c.data)  # its id stays its own while the key lives
+        return found
 
 
-def _finite_or_zero(x: Variable) -> Variable:
-    """``x`` with every non-finite entry replaced by 0 (a clipped row can only lose norm)."""
-    return pt.switch(pt.isfinite(x), x, 0.0)
-
-
-class PerRowLikelihood:
+class PerRowLikelihood(_StorageCompiler, ClippedKernels):
     """Per-row log-likelihood, per-row gradients and prior of a PyMC model, in raveled form.
 
     Parameters
@@ -369,114 +466,6 @@ class PerRowLikelihood:
     def _prior_grad(self) -> Variable:
         return pytensor.grad(self._prior, self._q, disconnected_inputs="ignore")
 
-    def _compile(self, inputs, outputs, cache: bool = True, few: bool = False):
-        """``cache=False``: numba must not cache it on disk (a value of the rows may be inline).
-        ``few``: a kernel a fit calls a handful of times (the warm start's passes), evaluated in
-        NumPy (:func:`~pymc_dp.kernel_rewrites.numpy_mode`) unless a mode was asked for or the
-        rows are many (see ``_NUMPY_MAX_ROWS``)."""
-        cache = CACHE_KERNELS and cache and self.n_rows > 1  # one row: a one-value array
-        kwargs = dict(self._compile_kwargs)
-        quiet = few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS
-        if quiet:
-            kwargs["mode"], cache = numpy_mode(), False
-        if self._idx in inputs:
-            # Batch kernels gather rows first, in tight loops. Fused into the arithmetic loop
-            # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
-            # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
-            kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
-        outputs = self._rows_as_storage(outputs)
-        # the folds may prove an input unused (no rows: a Dask driver's empty placeholder)
-        kwargs.setdefault("on_unused_input", "ignore")
-        # One compile at a time per process: change_flags and PyTensor's rewrite databases are
-        # process-global, and Dask workers in threads (processes=False) compile concurrently
-        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
-            fn = pm_compile(inputs, outputs, **kwargs)
-        fn.trust_input = True
-        return _Serialised(fn, cache=cache, quiet=quiet)
-
-    def _rows_as_storage(self, outputs):
-        """``outputs`` reading every array of the rows from a shared variable, never a constant.
-
-        Numba writes a compiled graph's constants into its on-disk cache (PyTensor's compiledir,
-        which outlives the process) and hashes them into the cache files' names, so a kernel
-        that embeds the rows must not be cached, and then every new process compiles it again
-        (16 s of a 17 s ``DPLaplace`` on the quickstart). Read from storage, the rows are data
-        the compiled code is called with: the cache holds code only.
-
-        Which constants hold private values cannot be told after the graph was cloned and
-        rewritten (PyMC and :func:`optimise_rows` make new ones from the rows, ``2 y - 1`` for a
-        Bernoulli row), so every constant of more than one value moves (with a single row, every
-        array). They move *before* PyTensor's rewrites, which would otherwise read their values
-        (found in review: a column every row shares, all-zero outcomes, equal weights were
-        folded into one inline value, cached on disk). One value left inline is then a
-        parameter of the model (public by the contract); kept inline, a fused loop stays
-        vectorised (moved, the banana's ratio kernel ran 23x slower). What the rewrites would
-        have folded from the rows (a GLM's ``sum_j x_ij^2``, the finite covariate matrix: the
-        gradient kernel ran 2.4x slower without) is computed once, after them, into storage
-        (:meth:`_fold_rows`)."""
-        single = isinstance(outputs, Variable)
-        outs = self._in_storage([outputs] if single else list(outputs))
-        outs = self._fold_rows(rewrite_graph(outs, include=("canonicalize",)))
-        return outs[0] if single else outs
-
-    def _in_storage(self, outs: list) -> list:
-        """``outs`` with every constant of more than one value (with one row, every array) read
-        from storage: before any rewrite that could read its values (:meth:`_rows_as_storage`)."""
-        every = self.n_rows <= 1
-        swap = {
-            c: self._storage_of(c)
-            for c in graph_inputs(outs)
-            if isinstance(c, Constant)
-            and (np.size(c.data) > 1 or (every and getattr(c.type, "ndim", 0) > 0))
-        }
-        return graph_replace(outs, swap, strict=False) if swap else outs
-
-    def _fold_rows(self, outs: list) -> list:
-        """``outs`` with every graph of the rows alone (storage and constants, no parameter)
-        replaced by its value, computed once here (NumPy, nothing cached) into storage."""
-        rows = {id(v) for v in self._storage.values()}
-        fixed: set = set()  # variables of storage and constants only
-        reads: set = set()  # ... that read the rows
-        folds: dict = {}
-        for node in io_toposort(graph_inputs(outs), outs):
-            ins = node.inputs
-            if (
-                type(node.op).do_constant_folding is Op.do_constant_folding
-                and all(isinstance(o.type, TensorType) for o in node.outputs)  # storage's types
-                and all(isinstance(i, Constant) or id(i) in rows or i in fixed for i in ins)
-            ):
-                fixed.update(node.outputs)
-                if any(id(i) in rows or i in reads for i in ins):
-                    reads.update(node.outputs)
-                continue
-            folds.update((i, None) for i in ins if i in reads)
-        folds.update((o, None) for o in outs if o in reads)
-        if not folds:
-            return outs
-        todo = list(folds)
-        fn = pytensor.function([], todo, mode=Mode(linker="py", optimizer=None))
-        with np.errstate(all="ignore"):  # a row's overflow must not warn
-            values = fn()
-        swap = {
-            v: pytensor.shared(np.asarray(x, dtype=v.type.dtype), borrow=True, shape=v.type.shape)
-            for v, x in zip(todo, values, strict=True)
-        }
-        return graph_replace(outs, swap, strict=False)
-
-    def _storage_of(self, c: Constant) -> SharedVariable:
-        """One shared variable per array and static type (clones of a constant share their
-        array), shared by the kernels that read it: a copy made once, so that editing a
-        ``pm.Data`` value in place does not reach kernels built before (review). Of the
-        constant's static type: a looser one would make the replacement wrap it in a
-        ``SpecifyShape`` of the row count all the same."""
-        key = (id(c.data), c.type)
-        found = self._storage.get(key)
-        if found is None:
-            found = pytensor.shared(np.array(c.data), name=c.name, borrow=True, shape=c.type.shape)
-            self._storage[key] = found
-            self._storage_keep.append(c.data)  # its id stays its own while the key lives
-        return found
-
     # -------------------------------------------------------- unfused (tests, diagnostics)
     @cached_property
     def logp_rows_fn(self):
@@ -540,222 +529,6 @@ class PerRowLikelihood:
         from pymc_dp.batches import draw_batch
 
         return draw_batch(rng, self.n_rows, b, sampling)
-
-    def ratio_kernel(
-        self, *, batch: bool = False, diagnostics: bool = False, squares: bool = False
-    ):
-        """Compile ``(q_new, q_old, bound[, idx]) -> (sum_i r_i, log prior(q_new)[, sum_i r_i^2]
-        [, clipped fraction])`` with ``r_i = clip(l_i(q_new) - l_i(q_old), +-bound)``.
-
-        ``squares`` adds the sum of squared clipped ratios (minibatch variance estimates). The
-        clipped fraction is an exact, unprivatised statistic: request it only for diagnostics.
-        """
-        key = ("ratio", batch, diagnostics, squares)
-        if key not in self._kernels:
-            q_old = self._q.type("q_old")
-            bound = pt.scalar("bound", dtype=self._q.dtype)
-            rows_new, prior_new = (self._batch_rows if batch else self._rows), self._prior
-            rows_old = clone_replace(rows_new, replace={self._q: q_old})
-            inputs = [self._q, q_old, bound]
-            if batch:
-                rows_new, rows_old = self._batched([rows_new, rows_old])
-                inputs.append(self._idx)
-            diff = rows_new - rows_old
-            # NaN (e.g. -inf - -inf) -> 0; +-inf -> +-bound: inside the bound for every input
-            clipped = pt.switch(pt.isnan(diff), 0.0, pt.clip(diff, -bound, bound))
-            outputs = [clipped.sum(), prior_new]
-            if squares:
-                outputs.append(pt.sum(clipped**2))
-            if diagnostics:
-                outputs.append(pt.mean(pt.gt(pt.abs(diff), bound)))
-            self._kernels[key] = self._compile(inputs, outputs)
-        return self._kernels[key]
-
-    def _clipped_gradients(self, bound: Variable, batch: bool) -> tuple[list, Variable, list]:
-        """Per-row gradient components scaled by ``bound / max(|g|, bound)`` (a row with a
-        non-finite component contributes 0: data-independent, inside the ball), the row norms,
-        and the extra kernel inputs."""
-        extra = []
-        if batch:
-            comps = self._batched(self._grad_components(self._batch_rows))
-            extra.append(self._idx)
-        else:
-            comps = self._grad_components(self._rows)
-        finite, norms, scale = self._norm_scale(
-            functools.reduce(pt.add, [c**2 for c in comps]), bound
-        )
-        return [pt.switch(finite, c, 0.0) * scale for c in comps], norms, extra
-
-    def _norm_scale(self, sq: Variable, bound: Variable) -> tuple[Variable, Variable, Variable]:
-        """From the rows' squared gradient norms: which are finite, the norms (0 where not), and
-        the clipping factor ``bound / max(|g|, bound)``."""
-        finite = pt.isfinite(sq)
-        norms = pt.sqrt(pt.switch(finite, sq, 0.0))
-        tiny = np.finfo(self._q.dtype).tiny  # bound = 0 with a zero-norm row: 0 / tiny, not 0 / 0
-        return finite, norms, bound / pt.maximum(pt.maximum(norms, bound), tiny)
-
-    def _clipped_gradient_sum(self, bound: Variable) -> tuple[Variable, Variable, bool]:
-        """``sum_i clip_norm(g_i, bound)`` and the row norms, over all n rows.
-
-        Where the components share a factor, ``g_ij = u_i k_ij`` (:func:`~pymc_dp.kernel_rewrites
-        .common_factor`; a GLM's ``u = dl/d eta``, ``k_j = x_j``), the group's sum is ``K^T w``
-        with ``w = u * scale``: one element-wise pass for ``w``, one BLAS product, and row norms
-        from ``|u| sqrt(sum_j k_ij^2)`` with the square sum folded at compile time. A row whose
-        squared norm is not finite gets ``w_i = 0`` and a non-finite ``k_ij`` is read as 0, so
-        such a row adds exactly 0 (no ``0 * inf``), as in the unfactored form.
-        """
-        comps = self._grad_components(self._rows)
-        found = common_factor(comps, self._q)
-        if found is None:
-            clipped, norms, _ = self._clipped_gradients(bound, batch=False)
-            return pt.stack([pt.sum(c) for c in clipped]), norms, True
-        u, group, ks = found
-        others = [j for j in range(self.dim) if j not in group]
-        sq = u**2 * functools.reduce(pt.add, [k**2 for k in ks])
-        for j in others:
-            sq = sq + comps[j] ** 2
-        finite, norms, scale = self._norm_scale(sq, bound)
-        kmat = pt.stack(ks, axis=1)
-        kmat = pt.switch(pt.isfinite(kmat), kmat, 0.0)
-        sums = [None] * self.dim
-        group_sum = pt.dot(pt.switch(finite, u * scale, 0.0), kmat)
-        for t, j in enumerate(group):
-            sums[j] = group_sum[t]
-        for j in others:
-            sums[j] = pt.sum(pt.switch(finite, comps[j], 0.0) * scale)
-        # common_factor canonicalises with the rows as constants (in storage, their support
-        # checks would stay and hide the factor): a value it folded from them (a column every
-        # row shares, found in review) is inline, so the kernel is not cached on disk
-        public = _inline_values([*comps, pt.ones_like(u)])  # the factoring's own ones too
-        return pt.stack(sums), norms, _inline_values(ks) <= public
-
-    def grad_kernel(self, *, batch: bool = False, diagnostics: bool = False):
-        """Compile ``(q, bound[, idx]) -> (sum_i clip_norm(grad l_i(q), bound), grad log
-        prior(q)[, clipped fraction])``.
-
-        Clipping scales a row gradient ``g`` by ``bound / max(|g|, bound)``: rows of zero norm
-        keep a zero gradient (never NaN).
-        """
-        key = ("grad", batch, diagnostics)
-        if key not in self._kernels:
-            bound = pt.scalar("bound", dtype=self._q.dtype)
-            if batch:
-                clipped, norms, extra = self._clipped_gradients(bound, batch)
-                total = pt.stack([pt.sum(c) for c in clipped])
-            else:
-                (total, norms, cache), extra = self._clipped_gradient_sum(bound), []
-            outputs = [total, self._prior_grad]
-            if diagnostics:
-                outputs.append(pt.mean(pt.gt(norms, bound)))
-            self._kernels[key] = self._compile(
-                [self._q, bound, *extra], outputs, cache=batch or cache
-            )
-        return self._kernels[key]
-
-    def curvature_kernel(self, observed: bool = True):
-        """Compile ``(q, W, bound, edges) -> (sum_i clip_F(W H_i W^T, bound), counts, grad log
-        prior(q))``: per-row curvature ``H_i`` in the metric of the public matrix ``W``, clipped
-        to Frobenius norm ``bound`` and summed ((D, D), symmetric), and the number of rows whose
-        whitened Frobenius norm falls in each bin ``[edges_k, edges_k+1)`` (the last open).
-
-        ``H_i`` is the observed information ``-d^2 l_i / dq dq^T`` (``observed``), or the outer
-        product ``g_i g_i^T`` of the row's gradient (the empirical Fisher) otherwise. Replacing
-        one row moves the sum by at most ``2 bound`` in Frobenius norm (``sqrt(2) bound`` for
-        outer products, which are positive semidefinite) and the counts by ``sqrt(2)``. A row
-        with a non-finite entry counts as norm 0 and adds 0. For a GLM ``H_i = w_i x_i x_i^T``
-        with ``w_i`` bounded a priori (1/4 for the logistic): with ``W = I`` its bound follows
-        from public covariate bounds (:attr:`pymc_dp.GLMClip.hess_clip`).
-        """
-        key = ("curvature", observed)
-        if key not in self._kernels and not observed and self.dim > _MAX_UNROLLED_FISHER_DIM:
-            self._kernels[key] = self._fisher_kernel()
-        if key not in self._kernels:
-            w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
-            bound = pt.scalar("bound", dtype=self._q.dtype)
-            edges = pt.vector("edges", dtype=self._q.dtype)
-            # directional derivatives along the rows of W: (W g_i)_a, then (W H_i W^T)_ab, so
-            # no (n, D, D) tensor is formed (for a GLM they fold to u (x.w_a), u' (x.w_a)(x.w_b))
-            dirs = [
-                pushforward(self._rows, self._q, w[a], disconnected_outputs="ignore")
-                for a in range(self.dim)
-            ]
-            rows, cols = np.triu_indices(self.dim)
-            if observed:
-                entries = [
-                    -pushforward(dirs[a], self._q, w[b], disconnected_outputs="ignore")
-                    for a, b in zip(rows, cols, strict=True)
-                ]
-            else:
-                entries = [dirs[a] * dirs[b] for a, b in zip(rows, cols, strict=True)]
-            weights = np.where(rows == cols, 1.0, 2.0)
-            sq = functools.reduce(pt.add, [k * e**2 for k, e in zip(weights, entries, strict=True)])
-            finite, norms, scale = self._norm_scale(sq, bound)
-            # each entry's contribution checked as summed: rewrites may compute the norm and the
-            # entry in forms that disagree on overflow (a NaN past the norm's check: review 2)
-            upper = [pt.sum(_finite_or_zero(pt.switch(finite, e, 0.0) * scale)) for e in entries]
-            total = pt.zeros((self.dim, self.dim), dtype=self._q.dtype)
-            total = pt.set_subtensor(total[rows, cols], pt.stack(upper))
-            total = pt.set_subtensor(total[cols, rows], pt.stack(upper))
-            outputs = [total, self._bin_counts(norms, edges), self._prior_grad]
-            self._kernels[key] = self._compile([self._q, w, bound, edges], outputs, few=True)
-        return self._kernels[key]
-
-    def _whitened_rows(self) -> tuple[Variable, Variable, Variable, Variable]:
-        """The public inputs ``W``, ``bound``, ``edges`` of a whitened kernel and the rows'
-        gradients mapped by ``W`` (a row with a non-finite gradient maps to 0)."""
-        w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
-        bound = pt.scalar("bound", dtype=self._q.dtype)
-        edges = pt.vector("edges", dtype=self._q.dtype)
-        grads = pt.stack(self._grad_components(self._rows), axis=1)
-        finite_rows = pt.all(pt.isfinite(grads), axis=1)
-        return w, bound, edges, pt.dot(pt.switch(finite_rows[:, None], grads, 0.0), w.T)
-
-    def _fisher_kernel(self):
-        """:meth:`curvature_kernel`'s empirical Fisher as matrix products: the whitened rows
-        ``v_i = W g_i``, the outer products' Frobenius norms ``|v_i|^2``, and ``sum_i s_i v_i
-        v_i^T = U^T U`` with ``u_i = sqrt(s_i) v_i``, ``s_i`` the clipping factor. Its unrolled
-        form (one fused loop per upper-triangle entry) is quadratic in D: for a random-intercept
-        model with D = 24, Numba took 150 s to compile it, against seconds for this one."""
-        w, bound, edges, white = self._whitened_rows()
-        # |v v^T|_F = |v|^2: the squared Frobenius norm is |v|^4
-        finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1) ** 2, bound)
-        # a row can only lose norm: a non-finite entry of u (an overflow the norm's check
-        # missed) reads as 0, and |u_i|^2 = s_i |v_i|^2 <= bound
-        u = _finite_or_zero(pt.switch(finite[:, None], white, 0.0) * pt.sqrt(scale)[:, None])
-        total = _finite_or_zero(pt.dot(u.T, u))
-        return self._compile(
-            [self._q, w, bound, edges],
-            [total, self._bin_counts(norms, edges), self._prior_grad],
-            few=True,
-        )
-
-    def _bin_counts(self, norms: Variable, edges: Variable) -> Variable:
-        """Rows whose norm is in ``[edges_k, edges_k+1)``, the last bin open above."""
-        above = pt.sum(pt.ge(norms[:, None], edges[None, :]), axis=0).astype(self._q.dtype)
-        return above - pt.concatenate([above[1:], pt.zeros((1,), dtype=above.dtype)])
-
-    def whitened_kernel(self):
-        """Compile ``(q, W, bound, edges) -> (sum_i clip_norm(W g_i, bound), counts, grad log
-        prior(q))``: per-row gradients ``g_i`` mapped by the public matrix ``W`` (a whitening
-        of the released curvature), clipped to L2 norm ``bound`` in that metric and summed, and
-        the number of rows whose whitened norm falls in each bin ``[edges_k, edges_k+1)`` (the
-        last bin open above). Replacing one row moves the sum by at most ``2 bound`` in L2 and
-        the counts by at most ``sqrt(2)``. A row whose gradient or whitened norm is not finite
-        counts as norm 0 and adds 0, and so does any entry of a row's clipped contribution that
-        is not finite (a row can only lose norm). All outputs are sums over rows (shards add up).
-        """
-        if "whitened" not in self._kernels:
-            w, bound, edges, white = self._whitened_rows()
-            # a finite row can still overflow once whitened: it adds 0, never unclipped
-            finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1), bound)
-            clipped = pt.switch(finite[:, None], white, 0.0) * scale[:, None]
-            total = pt.sum(_finite_or_zero(clipped), axis=0)
-            self._kernels["whitened"] = self._compile(
-                [self._q, w, bound, edges],
-                [total, self._bin_counts(norms, edges), self._prior_grad],
-                few=True,
-            )
-        return self._kernels["whitened"]
 
     @cached_property
     def _prior_hessian_fn(self):

@@ -182,6 +182,63 @@ def sample(
         Before any data is touched, when the run would overspend.
     """
     model = modelcontext(model)
+    step = _the_step(step, model)
+    if data is not None:
+        from pymc_dp.distributed import DistributedLikelihood, bind_data
+
+        step = bind_data(step, data, client=client)
+        if isinstance(step.likelihood, DistributedLikelihood):
+            cores = 1  # the step holds the workers' actors: chains run here, one by one
+    _check_run_options(step, model, kwargs)
+    kwargs.pop("return_inferencedata", None)
+    chains = DEFAULT_CHAINS if chains is None else chains
+    cores = min(chains, default_chains()) if cores is None else cores
+    plan = step.plan(tune=tune, draws=draws, chains=chains)  # refuses before any data is touched
+    advice = _planner_advice(step, model, plan)
+    if noise_seed is not None:
+        plan = _with_noise_seed(step, plan, noise_seed)
+    step.use_plan(plan)
+    try:  # PyMC's and PyTensor's errors while sampling may print inputs: replaced
+        idata = guarded(
+            f"Sampling with {type(step).__name__}",
+            pm.sample,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            random_seed=random_seed,
+            step=step,
+            model=model,
+            var_names=_public_var_names(model, step.likelihood.graph),
+            **kwargs,
+        )
+    finally:
+        step.use_plan(None)
+    idata = sanitize(idata, model, step=step)
+    _record_releases(idata, step, plan)
+    # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
+    if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
+        dp_warn(
+            dp_warnings(
+                idata,
+                target_accept=getattr(step, "target_accept", None),
+                advice=advice,
+                free=getattr(step, "release", None) is not None or getattr(step, "nuts", False),
+            )
+        )
+    return idata
+
+
+def _public_var_names(model: Model, graph: ModelGraph) -> list[str]:
+    """What the trace keeps: free variables and deterministics that read no private data."""
+    private = graph.private_deterministics
+    return [v.name for v in model.free_RVs] + [
+        d.name for d in model.deterministics if d.name not in private
+    ]
+
+
+def _the_step(step, model: Model) -> DPStep:
+    """The one DP step of the run, for this model, unspent, on the data it was built on."""
     if isinstance(step, list | tuple):
         if len(step) != 1:
             raise ValueError(
@@ -199,12 +256,12 @@ def sample(
     step.check_data()
     if step.spent:
         raise PrivacyBudgetError(step.spent_message())
-    if data is not None:
-        from pymc_dp.distributed import DistributedLikelihood, bind_data
+    return step
 
-        step = bind_data(step, data, client=client)
-        if isinstance(step.likelihood, DistributedLikelihood):
-            cores = 1  # the step holds the workers' actors: chains run here, one by one
+
+def _check_run_options(step: DPStep, model: Model, kwargs: Mapping) -> None:
+    """Refuse a run that would leave a free variable to PyMC or let ``pm.sample`` keep what the
+    whitelist removes (a trace, a callback, start values read from the data)."""
     covered = set(step.vars)
     missing = [v.name for v in model.value_vars if v not in covered]
     if missing:
@@ -221,44 +278,16 @@ def sample(
             "`return_inferencedata=False` is not supported by pdp.sample: the raw trace holds "
             "what the whitelist removes. Use the returned DataTree."
         )
-    kwargs.pop("return_inferencedata", None)
-    if chains is None:
-        chains = DEFAULT_CHAINS
-    if cores is None:
-        cores = min(chains, default_chains())
-    plan = step.plan(tune=tune, draws=draws, chains=chains)  # refuses before any data is touched
-    advice = _planner_advice(step, model, plan)
-    if noise_seed is not None:
-        plan = _with_noise_seed(step, plan, noise_seed)
-    graph = step.likelihood.graph
-    var_names = [v.name for v in model.free_RVs]
-    var_names += [
-        d.name for d in model.deterministics if d.name not in graph.private_deterministics
-    ]
-    step.use_plan(plan)
-    try:  # PyMC's and PyTensor's errors while sampling may print inputs: replaced
-        idata = guarded(
-            f"Sampling with {type(step).__name__}",
-            pm.sample,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            cores=cores,
-            random_seed=random_seed,
-            step=step,
-            model=model,
-            var_names=var_names,
-            **kwargs,
-        )
-    finally:
-        step.use_plan(None)
-    idata = sanitize(idata, model, step=step)
+
+
+def _record_releases(idata: DataTree, step: DPStep, plan) -> None:
+    """The ledger and the releases made once per run (public) in ``idata.attrs``."""
     if not plan.ledger.releasable:
         warnings.warn(
             "This result was made with diagnostics=True: it holds exact statistics of the private "
             "data and is marked pymc_dp_releasable=0.",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     idata.attrs.update(plan.ledger.to_attrs())
     if getattr(step, "release", None) is not None:
@@ -267,17 +296,6 @@ def sample(
         idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.fit_likelihood))
     if getattr(step, "anchor", None) is not None:
         idata.attrs[ANCHOR_ATTR] = step.anchor_attr(_coordinate_labels(step.fit_likelihood))
-    # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
-    if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
-        dp_warn(
-            dp_warnings(
-                idata,
-                target_accept=getattr(step, "target_accept", None),
-                advice=advice,
-                free=getattr(step, "release", None) is not None or getattr(step, "nuts", False),
-            )
-        )
-    return idata
 
 
 def _check_initvals(graph: ModelGraph, initvals) -> None:

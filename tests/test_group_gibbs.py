@@ -367,16 +367,16 @@ def test_the_mixing_prediction_reads_released_values_only(small, monkeypatch):
     with small, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pdp.DPGroupGibbs(glm=GLM, epsilon=4.0, compile_kwargs=FAST, noise_seed=1)
-    groups, before = step._group_of_row, dict(vars(step))
+    groups, before = step.sweep.group_of_row, dict(vars(step))
     rng_state = step.rng.bit_generator.state
     for lik in (step.likelihood, step._effects):
         for name in ("logp_rows", "grad_rows", "batch_logp_rows", "batch_grad_rows"):
             monkeypatch.setattr(lik, name, _poisoned)
-    monkeypatch.setattr(step, "_group_of_row", _Untouchable())
+    monkeypatch.setattr(step.sweep, "group_of_row", _Untouchable())
     first = step.predicted_mixing(2, 50, 100)
     assert first == step.predicted_mixing(2, 50, 100)
     assert set(first) == {"acceptance", "coefficient_acceptance", "noise", "ess", "rhat"}
-    monkeypatch.setattr(step, "_group_of_row", groups)
+    monkeypatch.setattr(step.sweep, "group_of_row", groups)
     after = vars(step)
     assert after.keys() == before.keys()
     assert all(after[k] is before[k] for k in before)  # nothing rebound on the step

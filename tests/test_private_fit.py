@@ -93,9 +93,9 @@ def test_the_matrix_form_of_the_empirical_fisher_matches_the_unrolled_one(neighb
     (the unrolled kernel took Numba 150 s to compile at D = 24). Forced on the neighbours here:
     the same sums and counts as the unrolled kernel, clipping active or not, and replacing one
     row (the overflowing one included) moves it by at most sqrt(2) c."""
-    import pymc_dp.likelihood as likelihood_module
+    import pymc_dp.clipped_kernels as kernels_module
 
-    monkeypatch.setattr(likelihood_module, "_MAX_UNROLLED_FISHER_DIM", 0)
+    monkeypatch.setattr(kernels_module, "_MAX_UNROLLED_FISHER_DIM", 0)
     lik, lik2, X, y, lik3 = neighbours
     fresh = [pdp.PerRowLikelihood(other.model) for other in (lik, lik2, lik3)]
     rng = np.random.default_rng(3)

@@ -37,7 +37,6 @@ together cost one test's ``1 / s``, and a sweep costs two Gaussian releases at m
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -64,9 +63,14 @@ from pymc_dp.budget import GROUP_ANCHOR_STREAM
 from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.mechanisms import PenaltyTest
-from pymc_dp.noise import NoiseSource
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
-from pymc_dp.step_methods.chain import ChainState
+from pymc_dp.step_methods.group_mixing import predict_mixing
+from pymc_dp.step_methods.group_sweep import (
+    GROUP_TESTS,
+    GroupSweep,
+    coefficient_bound,
+    group_bound,
+)
 from pymc_dp.step_methods.laplace import _effect_likelihood
 from pymc_dp.step_methods.registry import Example, register
 from pymc_dp.surrogate import gaussian_surrogate
@@ -79,55 +83,17 @@ __all__ = [
     "group_bound",
 ]
 
-#: One sweep's releases: the group tests (one test's loss together) and the coefficients' test.
-GROUP_TESTS = PenaltyTest(
-    "group sweep's remainder tests at the Taylor anchor (its group tests one release by "
-    "parallel composition, its coefficients' test the other)",
-    2,
-)
 #: Budget shares (of the PLD mean) of the warm start and the anchor; the tests get the rest.
 #: Measured on ``benchmarks.hierarchical_chain --design step`` (20 groups, n = 2e4, epsilon 4):
 #: test noise 1.05-1.16 nats, R-hat 1.01, bulk ESS 327-377 over three seeds.
 DEFAULT_GROUP_WARM_START = 0.5
 DEFAULT_GROUP_ANCHOR = 0.3
-#: Exact (noise-free) hyperparameter moves per sweep, and at a chain's first sweep.
+#: Exact (noise-free) hyperparameter moves per sweep (a chain's first sweep makes
+#: :data:`~pymc_dp.step_methods.group_sweep.FIRST_HYPER_MOVES`).
 HYPER_MOVES = 5
-FIRST_HYPER_MOVES = 200
 _FAST = Mode(linker="py", optimizer="fast_compile")
 #: Public seed of the points at which the effect is checked to be affine in ``z``.
 _CHECK_SEED = 20261128
-#: Public seed of :meth:`DPGroupGibbs.predicted_mixing` (a simulation, never the chain's noise).
-_MIXING_SEED = 20261129
-
-
-def _eta_bound(c: np.ndarray, v: np.ndarray, ng: int) -> float:
-    """``max |x'v|`` over the rows of any group: ``c_0 max_g |v_g| + sum_j c_j |v_beta_j|``."""
-    top = float(np.abs(v[:ng]).max()) if ng else 0.0
-    return float(c[0]) * top + float(c[1:] @ np.abs(v[ng:]))
-
-
-def group_bound(
-    glm: GLMClip, anchor: np.ndarray, psi: np.ndarray, new: np.ndarray, g: int, ng: int
-) -> float:
-    """Bound on the Taylor remainder of every row of group ``g`` for a move of ``a_g`` alone
-    (module docstring): ``w |x'D| (|x'u| + |x'u'|) / 2`` on the block ``(a_g, beta)``."""
-    c = np.asarray(glm.covariate_bounds, float)
-    u0, u1 = psi - anchor, new - anchor
-    block = np.r_[g, np.arange(ng, psi.size)]
-    step = float(c[0]) * abs(new[g] - psi[g])
-    far = _eta_bound(c, u0[block], 1) + _eta_bound(c, u1[block], 1)
-    return 0.5 * glm.curvature * step * far
-
-
-def coefficient_bound(
-    glm: GLMClip, anchor: np.ndarray, psi: np.ndarray, new: np.ndarray, ng: int
-) -> float:
-    """The same for a move of the coefficients alone, over every row (any row may be in any
-    group: the largest ``|a_g - A_g|``)."""
-    c = np.asarray(glm.covariate_bounds, float)
-    step = float(c[1:] @ np.abs(new[ng:] - psi[ng:]))
-    far = _eta_bound(c, psi - anchor, ng) + _eta_bound(c, new - anchor, ng)
-    return 0.5 * glm.curvature * step * far
 
 
 def _check_one_gather(effects) -> None:
@@ -233,28 +199,53 @@ class _Structure:
         return np.asarray(loc, float), np.asarray(scale, float)
 
 
-class _SurrogateRemainder:
-    """The remainder kernel of the world :meth:`DPGroupGibbs.predicted_mixing` simulates: the
-    likelihood is its second-order expansion at the anchor ``A`` (the released gradient ``G``,
-    a precision ``P`` from the warm start's released curvature), whose remainder beyond
-    ``G' Delta`` is the change of ``-(psi - A)' P (psi - A) / 2``. No data, no clip (the exact
-    clipped fraction is 0)."""
+def _check_glm(glm) -> None:
+    """The bounds DPGroupGibbs' tests need, finite and positive (else a test without noise)."""
+    if not isinstance(glm, GLMClip) or glm.covariate_bounds is None:
+        raise TypeError(
+            f"`glm` must be the GLMClip of pymc_dp.glm_clip (it carries the covariate bounds "
+            f"and the curvature bound the tests need), got {type(glm).__name__}."
+        )
+    curvature = float(glm.curvature)
+    bounds = np.asarray(glm.covariate_bounds, float)
+    if not (np.isfinite(curvature) and curvature > 0) or not np.all(
+        np.isfinite(bounds) & (bounds > 0)
+    ):
+        raise ValueError(
+            "`glm` must have a finite curvature bound > 0 and covariate bounds finite and > 0 "
+            "(pymc_dp.glm_clip makes them): a bound of the wrong sign would release a test "
+            "without noise."
+        )
 
-    def __init__(self, anchor: np.ndarray, precision: np.ndarray) -> None:
-        self._anchor, self._precision = anchor, precision
 
-    def _quadratic(self, psi: np.ndarray) -> float:
-        d = psi - self._anchor
-        return -0.5 * float(d @ self._precision @ d)
+def _check_budget_arguments(kwargs) -> None:
+    if kwargs.get("epsilon") is None:
+        raise ValueError("DPGroupGibbs needs `epsilon`: its fit, anchor and tests share it.")
+    if kwargs.get("noise_multiplier") is not None:
+        raise ValueError("DPGroupGibbs calibrates its tests to `epsilon`: no `noise_multiplier`.")
 
-    def __call__(self, q_new, q, bound, rows=None) -> tuple[float, float]:
-        return self._quadratic(q_new) - self._quadratic(q), 0.0
 
-    def accept(self) -> None:
-        pass
+def _check_shares(warm, anchor: float) -> None:
+    if isinstance(warm, int | float) and warm + anchor >= 1.0:
+        raise ValueError(
+            f"`warm_start` ({warm}) and `anchor` ({anchor}) leave nothing of the budget for "
+            "the tests: their sum must be below 1."
+        )
 
-    def reset(self) -> None:
-        pass
+
+def _group_column(effects, structure: _Structure, n_rows: int) -> np.ndarray:
+    """Each row's group (private: kept inside the step, never returned), from the graph's
+    gather index, as the kernels embed it."""
+    (idx,) = effects.effects.indices
+    # the values the kernels embed (frozen when they were built), not the live container
+    idx = graph_replace(idx, effects._frozen, strict=False)
+    groups = np.asarray(pytensor.function([], idx, mode=_FAST)(), dtype=np.int64)
+    if groups.shape != (n_rows,):
+        raise ValueError(
+            "DPGroupGibbs needs one group index per row; the group column's shape differs "
+            "from the rows'."
+        )
+    return np.where(groups < 0, groups + structure.n_groups, groups)  # NumPy's negative indices
 
 
 class DPGroupGibbs(DPStep):
@@ -332,35 +323,11 @@ class DPGroupGibbs(DPStep):
         hyper_moves: int = HYPER_MOVES,
         **kwargs,
     ) -> None:
-        if not isinstance(glm, GLMClip) or glm.covariate_bounds is None:
-            raise TypeError(
-                f"`glm` must be the GLMClip of pymc_dp.glm_clip (it carries the covariate bounds "
-                f"and the curvature bound the tests need), got {type(glm).__name__}."
-            )
-        curvature = float(glm.curvature)
-        bounds = np.asarray(glm.covariate_bounds, float)
-        if not (np.isfinite(curvature) and curvature > 0) or not np.all(
-            np.isfinite(bounds) & (bounds > 0)
-        ):
-            raise ValueError(
-                "`glm` must have a finite curvature bound > 0 and covariate bounds finite and > 0 "
-                "(pymc_dp.glm_clip makes them): a bound of the wrong sign would release a test "
-                "without noise."
-            )
-        if kwargs.get("epsilon") is None:
-            raise ValueError("DPGroupGibbs needs `epsilon`: its fit, anchor and tests share it.")
-        if kwargs.get("noise_multiplier") is not None:
-            raise ValueError(
-                "DPGroupGibbs calibrates its tests to `epsilon`: no `noise_multiplier`."
-            )
+        _check_glm(glm)
+        _check_budget_arguments(kwargs)
         self.glm = glm
         self.anchor_share = check_positive(anchor, "anchor")
-        warm = kwargs.setdefault("warm_start", DEFAULT_GROUP_WARM_START)
-        if isinstance(warm, int | float) and warm + self.anchor_share >= 1.0:
-            raise ValueError(
-                f"`warm_start` ({warm}) and `anchor` ({self.anchor_share}) leave nothing of the "
-                "budget for the tests: their sum must be below 1."
-            )
+        _check_shares(kwargs.setdefault("warm_start", DEFAULT_GROUP_WARM_START), self.anchor_share)
         self.hyper_moves = check_count(hyper_moves, "hyper_moves", minimum=1)
         super().__init__(vars, **kwargs)
         if getattr(self.likelihood, "location", "in memory") != "in memory":
@@ -389,31 +356,17 @@ class DPGroupGibbs(DPStep):
                 f"effect's (1 for a random intercept), then one per coefficient the rows read "
                 f"({n_beta})."
             )
-        self._group_of_row = self._read_groups()
+        groups = _group_column(self._effects, self._structure, self.n_rows)
         self._run_warm_start()
-        self._release_anchor()
+        self._release_anchor(groups)
 
     # ------------------------------------------------------------------ set-up
-    def _read_groups(self) -> np.ndarray:
-        """Each row's group (private: kept inside the step, never returned), from the graph's
-        gather index, as the kernels embed it."""
-        s = self._structure
-        (idx,) = self._effects.effects.indices
-        # the values the kernels embed (frozen when they were built), not the live container
-        idx = graph_replace(idx, self._effects._frozen, strict=False)
-        groups = np.asarray(pytensor.function([], idx, mode=_FAST)(), dtype=np.int64)
-        if groups.shape != (self.n_rows,):
-            raise ValueError(
-                "DPGroupGibbs needs one group index per row; the group column's shape differs "
-                "from the rows'."
-            )
-        return np.where(groups < 0, groups + s.n_groups, groups)  # NumPy's negative indices
-
-    def _release_anchor(self) -> None:
+    def _release_anchor(self, groups: np.ndarray) -> None:
+        """The anchor's release (once per run), then the sweep that tests against it."""
         eff, warm = self._effects, self.warm
         noise = self.budget.noise(GROUP_ANCHOR_STREAM)
         mu = self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
-        self.anchor, self._ratio = release_anchor(
+        self.anchor, ratio = release_anchor(
             eff,
             warm.mean,
             grad_clip=self.glm.grad_clip,
@@ -422,12 +375,22 @@ class DPGroupGibbs(DPStep):
             noise=noise,
         )
         _, grad = eff.prior_logp_and_grad(warm.mean)
-        _, self._precision, _, _ = gaussian_surrogate(
+        _, precision, _, _ = gaussian_surrogate(
             warm.mean, warm.posterior_cov, eff.prior_hessian(warm.mean), grad, eff.likelihood_mask
         )
         ng = self._structure.n_groups
-        beta_scale = np.asarray(eff.scale, float)[ng:]
-        self._beta_prior = (np.asarray(eff.centre, float)[ng:], beta_scale)
+        beta_prior = (np.asarray(eff.centre, float)[ng:], np.asarray(eff.scale, float)[ng:])
+        self.sweep = GroupSweep(
+            self._structure,
+            self.likelihood.prior_value,
+            self.glm,
+            self.anchor,
+            precision,
+            beta_prior,
+            ratio,
+            groups,
+            self.hyper_moves,
+        )
 
     def anchor_attr(self, labels: list[str]) -> str:
         """JSON of the anchor's predicted tilt per coordinate of ``psi``, in posterior sds (the
@@ -455,55 +418,13 @@ class DPGroupGibbs(DPStep):
         second-order expansion at the anchor (the released gradient, the warm start's released
         curvature). There a test rejects by its noise, whose scale the public bounds of the
         simulated moves set, and by the gap between that curvature and the noise-aware one the
-        proposals use. Seeded (:data:`_MIXING_SEED`): the same step predicts the same; its
-        noise is not the chain's. Optimistic where a group's likelihood is far from Gaussian (a
-        few rows, near separation): there the real remainders add to the noise. Measured on
-        the 20-group row (README, "Hierarchical models"): acceptance and noise within 10%, bulk
-        ESS 1.3-2.2x low. ``replicates``: simulated runs of ``chains`` chains (medians)."""
-        from pymc_dp.mixing import run_diagnostics
-
-        chains = check_count(chains, "chains", minimum=1)
-        tune = check_count(tune, "tune")
-        draws = check_count(draws, "draws", minimum=1)
-        replicates = check_count(replicates, "replicates", minimum=1)
-        sim = copy.copy(self)
-        sim._plan = self.plan(tune=tune, draws=draws, chains=chains)  # public calibration
-        # the world's likelihood has the released curvature (the fit's metric without its
-        # noise's inflation, as the anchored prediction's); the proposals keep the step's own
-        warm, eff = self.warm, self._effects
-        _, grad = eff.prior_logp_and_grad(warm.mean)
-        _, precision, _, _ = gaussian_surrogate(
-            warm.mean, warm.cov, eff.prior_hessian(warm.mean), grad, eff.likelihood_mask
-        )
-        sim._ratio = _SurrogateRemainder(self.anchor.point, precision)
-        sim._group_of_row = np.zeros(0, np.int64)  # the private column is never read
-        ess, rhat, accept, noise, coefficients = [], [], [], [], []
-        for r in range(replicates):
-            runs = np.empty((chains, draws, self.likelihood.dim))
-            for c in range(chains):
-                sim.rng = np.random.default_rng([_MIXING_SEED, r, c])
-                sim.chain = ChainState(NoiseSource.for_chain(_MIXING_SEED + r, c))
-                sim._reset_chain()
-                q = sim.chain.start
-                for i in range(tune + draws):
-                    q, stats = sim._iterate(q)
-                    sim.chain.iteration = i + 1
-                    if i >= tune:
-                        runs[c, i - tune] = q
-                        accept.append(stats["accept_rate"])
-                        noise.append(stats["noise_std"])
-                        if self._structure.beta.size:
-                            coefficients.append(stats["accepted"])
-            e, h = run_diagnostics(runs)
-            ess.append(e)
-            rhat.append(h)
-        return {
-            "acceptance": float(np.mean(accept)),
-            "coefficient_acceptance": float(np.mean(coefficients)) if coefficients else np.nan,
-            "noise": float(np.median(noise)),
-            "ess": float(np.median(ess)),
-            "rhat": float(np.median(rhat)),
-        }
+        proposals use. Seeded (:mod:`~pymc_dp.step_methods.group_mixing`): the same step
+        predicts the same; its noise is not the chain's. Optimistic where a group's likelihood
+        is far from Gaussian (a few rows, near separation): there the real remainders add to
+        the noise. Measured on the 20-group row (README, "Hierarchical models"): acceptance and
+        noise within 10%, bulk ESS 1.3-2.2x low. ``replicates``: simulated runs of ``chains``
+        chains (medians)."""
+        return predict_mixing(self, chains, tune, draws, replicates)
 
     # ------------------------------------------------------------------ DPStep interface
     @property
@@ -536,7 +457,7 @@ class DPGroupGibbs(DPStep):
         return "the hyperparameters' random-walk scale by dual averaging (exact moves, no data)"
 
     def _reset_chain(self) -> None:
-        self._ratio.reset()
+        self.sweep.ratio.reset()
         self._hyper_adapt = DualAverageAdaptation(0.5, 0.3, 0.05, 0.75, 10)
         # start: a draw of the private fit for (a, beta), the model's initial hyperparameters
         psi = self.warm.draw(self.rng)
@@ -552,119 +473,14 @@ class DPGroupGibbs(DPStep):
                 "DPGroupGibbs found no start whose group effect has a non-zero, finite scale "
                 "near the model's initial point: give the scale's variable a public `initval`."
             )
-        self.chain.start = self._to_q(q, psi)
-
-    # ------------------------------------------------------------------ coordinates
-    def _psi(self, q: np.ndarray) -> np.ndarray:
-        loc, scale = self._structure.loc_scale(q)
-        return np.concatenate([loc + scale * q[self._structure.z], q[self._structure.beta]])
-
-    def _to_q(self, q: np.ndarray, psi: np.ndarray) -> np.ndarray:
-        """``q`` with its ``z`` and coefficients set from ``psi`` at ``q``'s hyperparameters."""
-        s = self._structure
-        out = q.copy()
-        loc, scale = s.loc_scale(out)
-        out[s.z] = (psi[: s.n_groups] - loc) / scale
-        out[s.beta] = psi[s.n_groups :]
-        return out
-
-    def _hyper_target(self, q: np.ndarray, a: np.ndarray) -> tuple[float, np.ndarray]:
-        """``log p(h, z(a, h), beta) - sum log|scale|`` and the point, at ``q``'s ``h``."""
-        s = self._structure
-        loc, scale = s.loc_scale(q)
-        out = q.copy()
-        out[s.z] = (a - loc) / scale
-        with np.errstate(all="ignore"):
-            value = self.likelihood.prior_value(out) - float(np.sum(np.log(np.abs(scale))))
-        return (value if np.isfinite(value) else -np.inf), out
-
-    # ------------------------------------------------------------------ one sweep
-    def _test(self, psi, psi_new, bound, rows) -> tuple[float, float, float]:
-        """``(released remainder - sigma^2 / 2 + G'D, sigma, exact clip fraction)``; a bound
-        that is not finite and >= 0 (a move off the support) rejects without reading data."""
-        if not (np.isfinite(bound) and bound >= 0.0):
-            return -np.inf, 0.0, 0.0
-        value, clip = self._ratio(psi_new, psi, bound, rows)
-        log_ratio, sigma = GROUP_TESTS.log_ratio(self.chain.noise, value, 2.0 * bound, self._scale)
-        return log_ratio + float(self.anchor.gradient @ (psi_new - psi)), sigma, clip
+        self.chain.start = self.sweep.to_q(q, psi)
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
-        s, rng = self._structure, self.rng
-        ng = s.n_groups
-        A, P = self.anchor.point, self._precision
-        psi = self._psi(q)
-        a = psi[:ng]
-        # 1. hyperparameters given the effects: exact, no data
-        current, q = self._hyper_target(q, a)
-        moves = FIRST_HYPER_MOVES if self.chain.iteration == 0 else self.hyper_moves
-        for _ in range(moves):
-            step = float(self._hyper_adapt.current(self._tuning))
-            trial = q.copy()
-            trial[s.hyper] += step * rng.standard_normal(s.hyper.size)
-            value, trial = self._hyper_target(trial, a)
-            log_alpha = value - current
-            prob = float(np.exp(min(0.0, log_alpha))) if np.isfinite(log_alpha) else 0.0
-            if rng.uniform() < prob:
-                q, current = trial, value
-            self._hyper_adapt.update(prob, self._tuning)
-        loc, scale = s.loc_scale(q)
-        prior = self.likelihood.prior_value(q)
-        sigmas, accepted, clips = [], 0, []
-        # 2. each group's effect from the anchored surrogate's conditional, tested on its rows
-        for g in range(ng):
-            d = psi - A
-            h = P[g, g] + 1.0 / scale[g] ** 2
-            rest = P[g] @ d - P[g, g] * d[g]
-            mean = A[g] + (self.anchor.gradient[g] - rest + (loc[g] - A[g]) / scale[g] ** 2) / h
-            new = psi.copy()
-            new[g] = mean + rng.standard_normal() / np.sqrt(h)
-            bound = group_bound(self.glm, A, psi, new, g, ng)
-            log_ratio, sigma, clip = self._test(psi, new, bound, self._group_of_row == g)
-            q_new = q.copy()
-            q_new[s.z.start + g] = (new[g] - loc[g]) / scale[g]
-            prior_new = self.likelihood.prior_value(q_new)
-            hastings = 0.5 * h * ((new[g] - mean) ** 2 - (psi[g] - mean) ** 2)
-            log_alpha = log_ratio + prior_new - prior + hastings
-            if np.isfinite(log_alpha) and np.log(rng.uniform()) < log_alpha:
-                psi, q, prior = new, q_new, prior_new
-                self._ratio.accept()
-                accepted += 1
-            sigmas.append(sigma)
-            clips.append(clip)
-        # 3. the coefficients from the surrogate's conditional, tested on every row
-        beta_ok = True
-        if s.beta.size:
-            d = psi - A
-            centre, sd = self._beta_prior
-            hb = P[ng:, ng:] + np.diag(1.0 / sd**2)
-            lin = self.anchor.gradient[ng:] - P[ng:, :ng] @ d[:ng] - (A[ng:] - centre) / sd**2
-            mean = A[ng:] + np.linalg.solve(hb, lin)
-            chol = np.linalg.cholesky(hb)  # hb = L L': a draw is mean + L'^-1 e
-            new = psi.copy()
-            new[ng:] = mean + np.linalg.solve(chol.T, rng.standard_normal(s.beta.size))
-            bound = coefficient_bound(self.glm, A, psi, new, ng)
-            log_ratio, sigma, clip = self._test(psi, new, bound, None)
-            q_new = q.copy()
-            q_new[s.beta] = new[ng:]
-            prior_new = self.likelihood.prior_value(q_new)
-
-            def log_q(x: np.ndarray) -> float:
-                r = chol.T @ (x[ng:] - mean)
-                return -0.5 * float(r @ r)
-
-            log_alpha = log_ratio + prior_new - prior + log_q(psi) - log_q(new)
-            beta_ok = bool(np.isfinite(log_alpha) and np.log(rng.uniform()) < log_alpha)
-            if beta_ok:
-                psi, q = new, q_new
-                self._ratio.accept()
-            sigmas.append(sigma)
-            clips.append(clip)
-        stats = {
-            "accepted": beta_ok if s.beta.size else accepted > 0,
-            "accept_rate": accepted / ng,
-            "noise_std": float(np.median(sigmas)),
-            "hyper_scale": float(self._hyper_adapt.current(self._tuning)),
-        }
+        chain, tuning = self.chain, self._tuning
+        q, stats, clips = self.sweep(
+            q, self.rng, chain.noise, self._scale, self._hyper_adapt, tuning, chain.iteration == 0
+        )
+        stats["hyper_scale"] = float(self._hyper_adapt.current(tuning))
         if self.diagnostics:
             stats["clip_fraction"] = float(np.mean(clips))
         return q, stats

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -32,7 +32,13 @@ TARGET_ACCEPT = 0.3
 #: leapfrog's stability limit (70% divergent trajectories on a Gaussian posterior).
 ANCHORED_TARGET_ACCEPT = 0.65
 
-__all__ = ["DPHMC", "mass_matrix_potential", "randomized_halton"]
+__all__ = [
+    "DPHMC",
+    "leapfrog",
+    "likelihood_curvature",
+    "mass_matrix_potential",
+    "randomized_halton",
+]
 
 
 def randomized_halton(size: int, rng: np.random.Generator, digits: int = 32) -> np.ndarray:
@@ -69,6 +75,37 @@ def mass_matrix_potential(mass_matrix, dim: int) -> QuadPotential:
             raise ValueError("`mass_matrix` must be positive definite") from err
         return QuadPotentialFullInv(m)
     raise ValueError(f"`mass_matrix` must be a scalar, shape ({dim},) or ({dim}, {dim})")
+
+
+def leapfrog(
+    q: np.ndarray, p0: np.ndarray, eta: float, n_steps: int, grad: Callable, potential
+) -> tuple[np.ndarray, np.ndarray, bool, list[float]]:
+    """``n_steps`` leapfrog steps from ``(q, p0)`` with ``n_steps + 1`` gradient calls, each a
+    fresh noisy release (``grad(q) -> (gradient, clip fraction)``). Returns the end point, its
+    momentum, whether both stayed finite (a trajectory stops at its first non-finite step) and
+    the clip fractions."""
+    q_new, p = q.copy(), p0.copy()
+    g, gclip = grad(q_new)
+    p += 0.5 * eta * g
+    gclips = [gclip]
+    for i in range(n_steps):
+        q_new += eta * potential.velocity(p)
+        g, gclip = grad(q_new)
+        gclips.append(gclip)
+        p += (eta if i < n_steps - 1 else 0.5 * eta) * g
+        if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p))):
+            return q_new, p, False, gclips
+    return q_new, p, True, gclips
+
+
+def likelihood_curvature(warm, likelihood, active: np.ndarray) -> np.ndarray:
+    """The likelihood's part of the warm start's precision (public): its posterior precision
+    less the prior's curvature at its mean, with negative eigenvalues set to 0."""
+    precision = np.linalg.inv(warm.cov) + likelihood.prior_hessian(warm.mean)
+    precision = 0.5 * (precision + precision.T)
+    vals, vecs = np.linalg.eigh(precision)
+    mask = np.outer(active, active)
+    return (vecs * np.maximum(vals, 0.0)) @ vecs.T * mask
 
 
 class DPHMC(AnchoredStep, DPStep):
@@ -138,10 +175,8 @@ class DPHMC(AnchoredStep, DPStep):
 
     Notes
     -----
-    Stats: ``accepted``, ``accept_prob`` (from the noisy ratio), ``step_size`` (jittered, adapted
-    with zero tuning), ``diverging``,
-    ``noise_std`` (of the ratio), ``dp_epsilon``/``dp_mu``/``dp_delta``; with
-    ``diagnostics=True`` also the exact ``clip_fraction`` and ``grad_clip_fraction``.
+    Stats: ``accept_prob`` is the noisy ratio's, ``step_size`` jittered (adapted with zero
+    tuning), ``noise_std`` the ratio's; ``diagnostics=True`` adds the exact clip fractions.
 
     References
     ----------
@@ -217,7 +252,8 @@ class DPHMC(AnchoredStep, DPStep):
         if self.anchored:
             self._release_anchor()
             self.target_accept = ANCHORED_TARGET_ACCEPT
-            self._surrogate_curvature = self._likelihood_curvature()
+            curvature = likelihood_curvature(self.warm, self.likelihood, self._active)
+            self._surrogate_curvature = curvature
 
     def _shape_mask(self) -> np.ndarray | None:
         mask = super()._shape_mask()  # the leapfrog moves every coordinate: adapt them all
@@ -258,15 +294,6 @@ class DPHMC(AnchoredStep, DPStep):
         if self.anchored:
             self._anchored_ratio.reset()
 
-    def _likelihood_curvature(self) -> np.ndarray:
-        """The likelihood's part of the warm start's precision (public): its posterior precision
-        less the prior's curvature at its mean, with negative eigenvalues set to 0."""
-        precision = np.linalg.inv(self.warm.cov) + self.likelihood.prior_hessian(self.warm.mean)
-        precision = 0.5 * (precision + precision.T)
-        vals, vecs = np.linalg.eigh(precision)
-        mask = np.outer(self._active, self._active)
-        return (vecs * np.maximum(vals, 0.0)) @ vecs.T * mask
-
     def _noisy_grad(self, q: np.ndarray) -> tuple[np.ndarray, float]:
         """Gradient of the log posterior with the likelihood part clipped and privatised."""
         t = self.tempering
@@ -304,20 +331,7 @@ class DPHMC(AnchoredStep, DPStep):
         pot = self.potential
         p0 = pot.random()
 
-        # Leapfrog with L + 1 fresh noisy gradient releases.
-        q_new, p = q.copy(), p0.copy()
-        g, gclip = self._noisy_grad(q_new)
-        p += 0.5 * eta * g
-        gclips = [gclip]
-        finite = True
-        for i in range(self.n_steps):
-            q_new += eta * pot.velocity(p)
-            g, gclip = self._noisy_grad(q_new)
-            gclips.append(gclip)
-            p += (eta if i < self.n_steps - 1 else 0.5 * eta) * g
-            if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p))):
-                finite = False
-                break
+        q_new, p, finite, gclips = leapfrog(q, p0, eta, self.n_steps, self._noisy_grad, pot)
 
         diverging, log_alpha, sigma, clip = True, -np.inf, np.nan, np.nan
         q_next, accepted = q, False
@@ -336,13 +350,8 @@ class DPHMC(AnchoredStep, DPStep):
         prob = float(np.exp(min(0.0, log_alpha)))
         if self._auto:
             self._adapt.update(prob, tuning)
-        stats = {
-            "accepted": accepted,
-            "accept_prob": prob,
-            "noise_std": sigma,
-            "step_size": eta,
-            "diverging": bool(diverging),
-        }
+        stats = dict(accepted=accepted, accept_prob=prob, noise_std=sigma, step_size=eta)
+        stats["diverging"] = bool(diverging)
         if self.diagnostics:
             stats["clip_fraction"] = clip
             stats["grad_clip_fraction"] = float(np.mean(gclips))

@@ -69,6 +69,48 @@ def _effect_likelihood(likelihood: PerRowLikelihood):
     return found
 
 
+def _spread_and_ahead(lik, warm, effects, walk_ahead: bool):
+    """``(walk, covariance, ahead)`` of the surrogate: the Newton walk's distance left, put
+    ahead of the fit (``ahead``) or kept as a spread (in ``covariance``)."""
+    walk = warm.walk if walk_ahead else None
+    cov, ahead = warm.posterior_cov, None
+    if walk is not None and effects is not None:
+        # (no group effects: the mask is empty, nothing goes ahead)
+        # only the group effects' part goes ahead, where the hierarchy decides its share;
+        # the coefficients keep theirs as a spread, as models without effects do (a share
+        # of their own, which their prior does not decide, moved them by about half their
+        # walk whether or not it was left: 8 NUTS sds on a near-separable seed)
+        on_effects = lik.variable_blocks < lik.effects.n_effects
+        kept = np.where(on_effects, 0.0, walk)
+        cov = cov + np.outer(kept, kept)
+        ahead = np.where(on_effects, walk, 0.0)
+    elif walk is not None:
+        ahead = walk
+    if ahead is not None and not np.any(ahead[lik.likelihood_mask]):
+        walk = ahead = None  # nothing to put ahead where the likelihood reads: keep the spread
+        cov = warm.posterior_cov
+    return walk, cov, ahead
+
+
+def _warn_uninformed(uninformed: int, size: int, grouped: bool) -> None:
+    """Warn that ``uninformed`` of ``size`` directions follow the prior (public counts)."""
+    effects_note = (
+        " With group effects this can pull groups near separation (a rare or certain "
+        "outcome) towards the others under the hierarchical prior and bias its scale "
+        "low, or leave coefficients whose walk had far to go to their prior (README, "
+        "'Hierarchical models')."
+        if grouped
+        else ""
+    )
+    warnings.warn(
+        f"pymc-dp: {uninformed} of the {size} directions of the private fit carry "
+        "no more information than the prior: there the NUTS draws follow the prior (the "
+        "fit's own spread is not kept). More budget or rows inform them." + effects_note,
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 class DPLaplace(DPStep):
     r"""Differentially private Laplace approximation (noise-aware), sampled by ``pm.sample``.
 
@@ -248,23 +290,7 @@ class DPLaplace(DPStep):
         grouped = self._effects is not None and self._effects.effects.n_effects > 0
         if walk_ahead is None:
             walk_ahead = grouped
-        walk = warm.walk if walk_ahead else None
-        cov, ahead = warm.posterior_cov, None
-        if walk is not None and self._effects is not None:
-            # (no group effects: the mask is empty, nothing goes ahead)
-            # only the group effects' part goes ahead, where the hierarchy decides its share;
-            # the coefficients keep theirs as a spread, as models without effects do (a share
-            # of their own, which their prior does not decide, moved them by about half their
-            # walk whether or not it was left: 8 NUTS sds on a near-separable seed)
-            on_effects = lik.variable_blocks < lik.effects.n_effects
-            kept = np.where(on_effects, 0.0, walk)
-            cov = cov + np.outer(kept, kept)
-            ahead = np.where(on_effects, walk, 0.0)
-        elif walk is not None:
-            ahead = walk
-        if ahead is not None and not np.any(ahead[lik.likelihood_mask]):
-            walk = ahead = None  # nothing to put ahead where the likelihood reads: keep the spread
-            cov = warm.posterior_cov
+        walk, cov, ahead = _spread_and_ahead(lik, warm, self._effects, walk_ahead)
         _, grad = lik.prior_logp_and_grad(warm.mean)
         idx, precision, pull, uninformed = gaussian_surrogate(
             warm.mean,
@@ -276,21 +302,7 @@ class DPLaplace(DPStep):
         )
         ahead = None if ahead is None else ahead[idx]
         if uninformed:
-            effects_note = (
-                " With group effects this can pull groups near separation (a rare or certain "
-                "outcome) towards the others under the hierarchical prior and bias its scale "
-                "low, or leave coefficients whose walk had far to go to their prior (README, "
-                "'Hierarchical models')."
-                if grouped
-                else ""
-            )
-            warnings.warn(
-                f"pymc-dp: {uninformed} of the {idx.size} directions of the private fit carry "
-                "no more information than the prior: there the NUTS draws follow the prior (the "
-                "fit's own spread is not kept). More budget or rows inform them." + effects_note,
-                UserWarning,
-                stacklevel=2,
-            )
+            _warn_uninformed(uninformed, idx.size, grouped)
         centre = warm.mean[idx]
         effects = self._effects
 
