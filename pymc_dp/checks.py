@@ -37,51 +37,25 @@ def _as_float(x: Any, name: str) -> float:
     return float(x)
 
 
+def _finite(x: Any, name: str, *, strict: bool) -> float:
+    value = _as_float(x, name)
+    if not (math.isfinite(value) and (value > 0.0 if strict else value >= 0.0)):
+        raise ValueError(f"`{name}` must be a finite number {'>' if strict else '>='} 0, got {x}")
+    return value
+
+
 def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
-    """Check that a privacy parameter epsilon is a finite number > 0.
+    """A privacy parameter epsilon: a finite number > 0, as a float.
 
-    Parameters
-    ----------
-    epsilon : float
-        Value to check.
-    name : str, default "epsilon"
-        Argument name used in the error message.
-
-    Returns
-    -------
-    float
-        ``epsilon`` as a Python float.
-
-    Raises
-    ------
-    TypeError
-        If ``epsilon`` is not a real number (a string, a bool, an array).
-    ValueError
-        If ``epsilon`` is not finite and > 0 (NaN and inf included).
+    ``name`` is the argument's name in the error. Raises ``TypeError`` for what is not a real
+    number (a string, a bool, an array) and ``ValueError`` for NaN, inf and values <= 0.
     """
     return check_positive(epsilon, name)
 
 
 def check_delta(delta: Any, name: str = "delta") -> float:
-    """Check that a privacy parameter delta lies in the open interval (0, 1).
-
-    Parameters
-    ----------
-    delta : float
-        Value to check.
-    name : str, default "delta"
-        Argument name used in the error message.
-
-    Returns
-    -------
-    float
-        ``delta`` as a Python float.
-
-    Raises
-    ------
-    ValueError
-        If ``delta`` is not in (0, 1) (NaN included).
-    """
+    """A privacy parameter delta in the open interval (0, 1), as a float (``ValueError``
+    naming ``name`` otherwise, NaN included)."""
     value = _as_float(delta, name)
     if not 0.0 < value < 1.0:
         raise ValueError(f"`{name}` must be a number in (0, 1), got {delta}")
@@ -89,77 +63,17 @@ def check_delta(delta: Any, name: str = "delta") -> float:
 
 
 def check_positive(x: Any, name: str) -> float:
-    """Check that ``x`` is a finite number > 0.
-
-    Parameters
-    ----------
-    x : float
-        Value to check.
-    name : str
-        Argument name used in the error message.
-
-    Returns
-    -------
-    float
-        ``x`` as a Python float.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not a finite number > 0.
-    """
-    value = _as_float(x, name)
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"`{name}` must be a finite number > 0, got {x}")
-    return value
+    """``x`` as a float, a finite number > 0 (``ValueError`` naming ``name`` otherwise)."""
+    return _finite(x, name, strict=True)
 
 
 def check_nonnegative(x: Any, name: str) -> float:
-    """Check that ``x`` is a finite number >= 0.
-
-    Parameters
-    ----------
-    x : float
-        Value to check.
-    name : str
-        Argument name used in the error message.
-
-    Returns
-    -------
-    float
-        ``x`` as a Python float.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not a finite number >= 0.
-    """
-    value = _as_float(x, name)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {x}")
-    return value
+    """``x`` as a float, a finite number >= 0 (``ValueError`` naming ``name`` otherwise)."""
+    return _finite(x, name, strict=False)
 
 
 def check_probability(x: Any, name: str) -> float:
-    """Check that ``x`` is a probability in (0, 1].
-
-    Parameters
-    ----------
-    x : float
-        Value to check.
-    name : str
-        Argument name used in the error message.
-
-    Returns
-    -------
-    float
-        ``x`` as a Python float.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not in (0, 1].
-    """
+    """``x`` as a float, a probability in (0, 1] (``ValueError`` naming ``name`` otherwise)."""
     value = _as_float(x, name)
     if not 0.0 < value <= 1.0:
         raise ValueError(f"`{name}` must be a number in (0, 1], got {x}")
@@ -167,27 +81,8 @@ def check_probability(x: Any, name: str) -> float:
 
 
 def check_count(x: Any, name: str, minimum: int = 0) -> int:
-    """Check that ``x`` is an integer >= ``minimum``.
-
-    Parameters
-    ----------
-    x : int
-        Value to check. Integral floats such as ``1e4`` are accepted.
-    name : str
-        Argument name used in the error message.
-    minimum : int, default 0
-        Smallest allowed value.
-
-    Returns
-    -------
-    int
-        ``x`` as a Python int.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not an integer >= ``minimum``.
-    """
+    """``x`` as an int >= ``minimum`` (integral floats such as ``1e4`` accepted;
+    ``ValueError`` naming ``name`` otherwise, ``TypeError`` for a bool, string or array)."""
     if isinstance(x, bool | np.bool_) or np.ndim(x) != 0 or isinstance(x, str):
         raise TypeError(f"`{name}` must be an integer >= {minimum}, got {x!r}")
     if isinstance(x, numbers.Integral):
