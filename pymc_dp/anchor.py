@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_dp.accounting.ledger import GaussianMechanism
+from pymc_dp.mechanisms import clipped_sum_sensitivity
 from pymc_dp.noise import NoiseSource
 
 __all__ = [
@@ -122,7 +123,7 @@ def release_anchor(
     point = np.asarray(point, dtype=float)
     rows = _clipped_rows(np.asarray(likelihood.grad_rows(point), dtype=float), grad_clip)
     multiplier = 1.0 / np.sqrt(2.0 * mu)
-    sensitivity = 2.0 * grad_clip
+    sensitivity = clipped_sum_sensitivity(grad_clip)
     gradient = np.asarray(noise.gaussian(rows.sum(axis=0), sensitivity, multiplier), dtype=float)
     anchor = Anchor(
         point=point,

@@ -34,7 +34,15 @@ __all__ = [
     "Mechanism",
     "PenaltyTest",
     "SubsampledPenaltyTest",
+    "clipped_sum_sensitivity",
 ]
+
+
+def clipped_sum_sensitivity(bound: float, tempering: float = 1.0) -> float:
+    """Replace-one L2 sensitivity of ``T * sum_i c_i`` with every row's term ``c_i`` clipped to
+    norm ``bound``: one person's term moves from one value in the ball to another, ``2 T
+    bound``. Every release of a clipped full-data sum takes its sensitivity from here."""
+    return 2.0 * tempering * bound
 
 
 class Mechanism(ABC):

@@ -21,7 +21,7 @@ from pymc_dp.anchor import (
 )
 from pymc_dp.budget import ANCHOR_STREAM
 from pymc_dp.checks import check_positive
-from pymc_dp.mechanisms import PenaltyTest
+from pymc_dp.mechanisms import PenaltyTest, clipped_sum_sensitivity
 
 __all__ = [
     "INDEPENDENT_SHARE",
@@ -217,7 +217,7 @@ class AnchoredStep:
         bound = ratio.bound(q, q_new)
         value, clip = ratio(q_new, q, bound)
         log_ratio, sigma = ANCHORED_TEST.log_ratio(
-            self.chain.noise, t * value, 2.0 * t * bound, self._scale
+            self.chain.noise, t * value, clipped_sum_sensitivity(bound, t), self._scale
         )
         linear = t * float(self.anchor.gradient @ (q_new - q))
         return log_ratio + linear, sigma, clip

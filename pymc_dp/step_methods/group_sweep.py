@@ -25,7 +25,7 @@ import numpy as np
 
 from pymc_dp.anchor import Anchor
 from pymc_dp.bounds import GLMClip
-from pymc_dp.mechanisms import PenaltyTest
+from pymc_dp.mechanisms import PenaltyTest, clipped_sum_sensitivity
 from pymc_dp.noise import NoiseSource
 
 __all__ = ["FIRST_HYPER_MOVES", "GROUP_TESTS", "GroupSweep", "coefficient_bound", "group_bound"]
@@ -116,7 +116,9 @@ class GroupSweep:
         if not (np.isfinite(bound) and bound >= 0.0):
             return -np.inf, 0.0, 0.0
         value, clip = self.ratio(psi_new, psi, bound, rows)
-        log_ratio, sigma = GROUP_TESTS.log_ratio(noise, value, 2.0 * bound, scale)
+        log_ratio, sigma = GROUP_TESTS.log_ratio(
+            noise, value, clipped_sum_sensitivity(bound), scale
+        )
         return log_ratio + float(self.anchor.gradient @ (psi_new - psi)), sigma, clip
 
     def _hyper(self, q, a, rng, adapt, tuning: bool, moves: int) -> np.ndarray:

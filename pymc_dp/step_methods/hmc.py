@@ -13,7 +13,7 @@ from pymc.step_methods.hmc.quadpotential import (
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp.checks import check_count, check_positive
-from pymc_dp.mechanisms import GaussianRelease, PenaltyTest
+from pymc_dp.mechanisms import GaussianRelease, PenaltyTest, clipped_sum_sensitivity
 from pymc_dp.step_methods.anchoring import ANCHORED_TEST, AnchoredStep
 from pymc_dp.step_methods.base import PRIVACY_STATS, DPStep, Stat
 from pymc_dp.step_methods.penalty import (
@@ -304,7 +304,7 @@ class DPHMC(AnchoredStep, DPStep):
             return prior_grad + t * self.anchor.gradient - self._surrogate_curvature @ move, 0.0
         out = self._grad(q, np.asarray(self.grad_clip))
         g, _ = self._gradient.release(
-            self.chain.noise, t * out[0], 2.0 * t * self.grad_clip, self._scale
+            self.chain.noise, t * out[0], clipped_sum_sensitivity(self.grad_clip, t), self._scale
         )
         return g + out[1], (float(out[2]) if self.diagnostics else 0.0)
 
@@ -319,7 +319,7 @@ class DPHMC(AnchoredStep, DPStep):
         out = self._ratio(q_new, q, np.asarray(bound))
         t = self.tempering
         log_ratio, sigma = self._test.log_ratio(
-            self.chain.noise, t * float(out[0]), 2.0 * t * bound, self._scale
+            self.chain.noise, t * float(out[0]), clipped_sum_sensitivity(bound, t), self._scale
         )
         return log_ratio, sigma, float(out[1]), float(out[2]) if self.diagnostics else np.nan
 

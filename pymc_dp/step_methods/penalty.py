@@ -19,7 +19,7 @@ import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp.checks import check_positive
-from pymc_dp.mechanisms import PenaltyTest
+from pymc_dp.mechanisms import PenaltyTest, clipped_sum_sensitivity
 from pymc_dp.step_methods.anchoring import (
     ANCHORED_TEST,
     INDEPENDENT_SHARE,
@@ -191,7 +191,7 @@ class PenaltyMetropolis(DPStep):
 
     def _sensitivity_per_bound(self) -> float:
         """Sensitivity of the release per unit of per-row bound (``2 T`` for full data)."""
-        return 2.0 * self.tempering
+        return clipped_sum_sensitivity(1.0, self.tempering)
 
     def _reset_chain(self) -> None:
         self._proposal.reset(self.rng)
@@ -364,7 +364,7 @@ class DPPenalty(AnchoredStep, PenaltyMetropolis):
         out = self._kernel(q_new, q, np.asarray(bound))
         clip = float(out[2]) if self.diagnostics else None
         t = self.tempering
-        return t * float(out[0]), float(out[1]), 2.0 * t * bound, clip
+        return t * float(out[0]), float(out[1]), clipped_sum_sensitivity(bound, t), clip
 
     # ------------------------------------------------------------------ the Taylor anchor
     def _shared_entries(self) -> tuple:
