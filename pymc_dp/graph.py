@@ -716,27 +716,12 @@ def analyse(
     """
     from pymc_dp.boundary import guarded
 
-    return guarded(
-        "Analysing the model",
-        _analyse,
-        modelcontext(model),
-        row_dim=row_dim,
-        row_axes=row_axes,
-        public=public,
-        validate=validate,
-    )
+    args = (modelcontext(model), row_dim, row_axes, public, validate)
+    return guarded("Analysing the model", _analyse, *args)
 
 
-def _analyse(
-    model: Model | None = None,
-    *,
-    row_dim: str | None = None,
-    row_axes: Mapping[str, int] | None = None,
-    public: Iterable[str] = (),
-    validate: bool = True,
-) -> ModelGraph:
-    """:func:`analyse`, outside the data boundary."""
-    model = modelcontext(model)
+def _analyse(model: Model, row_dim, row_axes, public, validate: bool) -> ModelGraph:
+    """:func:`analyse` (its arguments, in order), outside the data boundary."""
     if validate:
         _check_model(model)
     public = set(public)

@@ -70,16 +70,9 @@ def run_ledger(
     )
 
 
-def run_epsilon(
-    mechanisms: Sequence[Mechanism],
-    scale: float | None,
-    iterations: int,
-    chains: int,
-    delta: float,
-    shared: tuple = (),
-) -> float:
-    """Epsilon (at ``delta``) of the run described by :func:`run_ledger`."""
-    return run_ledger(mechanisms, scale, iterations, chains, delta, shared).epsilon
+def run_epsilon(*args: Any) -> float:
+    """Epsilon (at ``delta``) of the run :func:`run_ledger` describes (its arguments)."""
+    return run_ledger(*args).epsilon
 
 
 def _gaussian_mu_per_iteration(mechanisms: Sequence[Mechanism], scale: float) -> float:
