@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_dp.accounting.ledger import GaussianMechanism
-from pymc_dp.mechanisms import clipped_sum_sensitivity
+from pymc_dp.mechanisms import GaussianRelease, clipped_sum_sensitivity
 from pymc_dp.noise import NoiseSource
 
 __all__ = [
@@ -123,14 +123,15 @@ def release_anchor(
     point = np.asarray(point, dtype=float)
     rows = _clipped_rows(np.asarray(likelihood.grad_rows(point), dtype=float), grad_clip)
     multiplier = 1.0 / np.sqrt(2.0 * mu)
+    release = GaussianRelease(ANCHOR_NAME)
     sensitivity = clipped_sum_sensitivity(grad_clip)
-    gradient = np.asarray(noise.gaussian(rows.sum(axis=0), sensitivity, multiplier), dtype=float)
+    gradient, noise_sd = release.release(noise, rows.sum(axis=0), sensitivity, multiplier)
     anchor = Anchor(
         point=point,
-        gradient=gradient,
-        noise_sd=float(NoiseSource.gaussian_std(sensitivity, multiplier, point.size)),
+        gradient=np.asarray(gradient, dtype=float),
+        noise_sd=float(noise_sd),
         hess_clip=float(hess_clip),
-        mechanisms=(GaussianMechanism(ANCHOR_NAME, multiplier, 1),),
+        mechanisms=release.entries(multiplier, 1),
     )
     return anchor, AnchoredRatio(likelihood, anchor, rows)
 

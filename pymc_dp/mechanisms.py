@@ -144,3 +144,21 @@ class BarkerTest(Mechanism):
 
     def entries(self, scale: float | None, iterations: int) -> tuple:
         return (BarkerMechanism(self.name, self.batch_size, self.dataset_size, int(iterations)),)
+
+    #: Variance of the Gaussian part of the logistic decomposition; eq. 11 needs C - s^2 >= 1.
+    C: ClassVar[float] = 2.0
+
+    def accept(
+        self, noise: NoiseSource, delta_star: float, batch_variance: float, correction
+    ) -> bool:
+        """Barker's test ``delta* + N(0, C - s^2) + V_corr > 0`` with the batch's variance
+        ``s^2`` supplying the rest of ``N(0, C)`` and ``V_corr`` drawn from ``correction``
+        (:mod:`~pymc_dp.step_methods.barker_correction`), all from the chain's secret noise.
+        Outside the prior's support (a non-finite ``delta*``) or with ``C - s^2 < 1`` (which
+        the clip bound rules out) it rejects."""
+        rest = self.C - batch_variance
+        if not (rest >= self.C - 1.0 and np.isfinite(delta_star)):
+            return False
+        secret = noise.generator
+        test = delta_star + np.sqrt(rest) * secret.standard_normal()
+        return bool(test + correction.sample(secret) > 0.0)

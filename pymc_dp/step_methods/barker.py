@@ -39,8 +39,8 @@ from pymc_dp.step_methods.registry import Example, register
 
 __all__ = ["DPBarker"]
 
-#: Variance of the Gaussian part of the logistic decomposition; eq. 11 needs C - s^2 >= 1.
-BARKER_C = 2.0
+#: Variance of the Gaussian part of the logistic decomposition (:attr:`BarkerTest.C`).
+BARKER_C = BarkerTest.C
 #: Safety factor on the per-row bound of eq. 12 (as in the authors' code).
 CLIP_FACTOR = 0.99
 
@@ -133,6 +133,7 @@ class DPBarker(DPStep):
         self.proposal_scale = self._proposal.scale
         self.proposal = proposal
         self._correction = load_correction(BARKER_C)
+        (self._test,) = self.mechanisms()
         self._kernel = self.likelihood.ratio_kernel(
             batch=True, squares=True, diagnostics=self.diagnostics
         )
@@ -158,12 +159,8 @@ class DPBarker(DPStep):
         scale = self.n0 / b  # n T / b
         delta_star = scale * total + prior_new - prior_cur
         var_b = scale**2 * max(squares - total * total / b, 0.0)
-        noise = BARKER_C - var_b
-        accepted = False
-        if noise >= BARKER_C - 1.0 and np.isfinite(delta_star):
-            test = delta_star + np.sqrt(noise) * secret.standard_normal()
-            accepted = bool(test + self._correction.sample(secret) > 0.0)
-        # else: impossible with the clipping above (s^2 <= 0.9801); outside the prior: reject
+        # C - s^2 < 1 is impossible with the clipping above (s^2 <= 0.9801)
+        accepted = self._test.accept(self.chain.noise, delta_star, var_b, self._correction)
         if accepted:
             self.chain.moved_to(q_new, prior_new)
         stats = {"accepted": accepted, "batch_size": b}
