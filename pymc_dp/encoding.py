@@ -194,6 +194,25 @@ def encode_covariates(
     >>> enc.clip().grad_clip  # logistic: every |x_j| <= 1, so a row's gradient is <= sqrt(3)
     1.7320508075688772
     """
+    names, bounds = _public_arguments(columns, ranges, intercept)
+    values, n = _read_columns(columns, ranges)
+    cols = [np.ones(n)] if intercept else []
+    cols += [_encode(values[name], *bounds[name]) for name in names]
+    # Clipped once more for certainty: [-1, 1] is the promise the clip bounds rest on.
+    X = np.clip(np.column_stack(cols), -1.0, 1.0)
+    return Encoded(
+        X=np.ascontiguousarray(X, dtype=np.float64),
+        names=(("intercept",) if intercept else ()) + tuple(names),
+        covariate_bounds=np.ones(X.shape[1]),
+        ranges=bounds,
+    )
+
+
+def _public_arguments(
+    columns: Any, ranges: Any, intercept: bool
+) -> tuple[list[str], dict[str, tuple[float, float]]]:
+    """The covariate names and their resolved public ranges, checked in full before any column
+    is read (errors name the argument and the public bounds, never the data)."""
     if not isinstance(ranges, Mapping):
         raise TypeError(f"`ranges` must be a mapping name -> spec, got {type(ranges).__name__}")
     if not ranges:
@@ -209,25 +228,17 @@ def encode_covariates(
         raise ValueError("`ranges` names 'intercept', the name of the intercept column")
     if len(set(names)) < len(names):
         raise ValueError(f"`ranges` names a column twice (as text): {names}")
-    # The public arguments are checked in full before any column is read.
     bounds = {str(name): _resolve(str(name), spec) for name, spec in ranges.items()}
     missing = [name for name in ranges if name not in columns]
     if missing:
         raise ValueError(f"`ranges` names columns that `columns` does not have: {missing}")
+    return names, bounds
 
+
+def _read_columns(columns: Any, ranges: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+    """The named columns as 1-D float64 arrays, and their common length ``n`` (public)."""
     values = {str(name): _column(columns, name) for name in ranges}
     lengths = {name: len(v) for name, v in values.items()}  # n is public
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the columns of `columns` have different lengths: {lengths}")
-    n = next(iter(lengths.values()))
-
-    cols = [np.ones(n)] if intercept else []
-    cols += [_encode(values[name], *bounds[name]) for name in names]
-    # Clipped once more for certainty: [-1, 1] is the promise the clip bounds rest on.
-    X = np.clip(np.column_stack(cols), -1.0, 1.0)
-    return Encoded(
-        X=np.ascontiguousarray(X, dtype=np.float64),
-        names=(("intercept",) if intercept else ()) + tuple(names),
-        covariate_bounds=np.ones(X.shape[1]),
-        ranges=bounds,
-    )
+    return values, next(iter(lengths.values()))

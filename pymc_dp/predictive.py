@@ -70,9 +70,6 @@ def posterior_predictive(
         predictive graph would read private data that ``new_data`` does not replace (for example
         covariates embedded as NumPy arrays).
     """
-    from pymc_dp.boundary import guarded
-    from pymc_dp.sampling import _clean_dataset
-
     model = modelcontext(model)
     if "posterior" not in idata.children:
         raise ValueError("`idata` has no posterior group.")
@@ -82,6 +79,18 @@ def posterior_predictive(
     if unknown:
         raise ValueError(f"`new_data` names {sorted(unknown)}, which are not pm.Data containers.")
     targets = list(var_names) if var_names is not None else [rv.name for rv in model.observed_RVs]
+    values = _public_values(graph, new_data)
+    given = set(values)
+    _add_observed_placeholders(model, graph, containers, values)
+    _check_private_reads_replaced(model, graph, containers, values, targets)
+    pp = _predict_and_restore(model, containers, values, idata, targets, random_seed)
+    return _whitelisted(pp, targets, given, graph.row_dim_names)
+
+
+def _public_values(graph, new_data: Mapping[str, ArrayLike]) -> dict[str, np.ndarray]:
+    """``new_data`` as arrays, refusing any that holds the values of private data."""
+    from pymc_dp.boundary import guarded
+
     values = {k: guarded(f"Reading `new_data[{k!r}]`", np.asarray, v) for k, v in new_data.items()}
     for name, value in values.items():
         if graph.matches_private(value):
@@ -90,7 +99,12 @@ def posterior_predictive(
                 "(the rows, or their transpose): predictions there are functions of the people's "
                 f"data, not of public covariates. Give new, public values for {name!r}."
             )
-    given = set(values)
+    return values
+
+
+def _add_observed_placeholders(model, graph, containers, values) -> None:
+    """Add to ``values`` zeros of the new length for the observed containers not given (only
+    their shape is used)."""
     rows = _new_row_count(graph, containers, values)
     observed = {o.value for o in graph.observed} | {
         model.rvs_to_values[rv] for rv in model.observed_RVs
@@ -99,6 +113,11 @@ def posterior_predictive(
         if isinstance(value, SharedVariable) and value.name not in values and rows is not None:
             old = value.get_value(borrow=True)
             values[value.name] = np.zeros((rows, *old.shape[1:]), dtype=old.dtype)
+
+
+def _check_private_reads_replaced(model, graph, containers, values, targets) -> None:
+    """Refuse when predicting ``targets`` would read private data that ``values`` does not
+    replace."""
     replaced = {id(containers[k]) for k in values}
     rvs = [model[name] for name in targets]
     reads = [
@@ -111,20 +130,27 @@ def posterior_predictive(
             f"Predicting {targets} would read private data ({', '.join(sorted(reads))}). Put "
             "covariates in pm.Data containers and give new, public values for them in `new_data`."
         )
+
+
+def _predict_and_restore(model, containers, values, idata, targets, random_seed) -> DataTree:
+    """The predictions with ``values`` set into the model's containers; their data restored
+    afterwards."""
+    from pymc_dp.boundary import guarded
+
     saved = {k: containers[k].get_value() for k in values}
     try:
-        pp = guarded(
-            f"Predicting {targets}",
-            _predict,
-            model,
-            values,
-            idata,
-            targets,
-            random_seed,
+        return guarded(
+            f"Predicting {targets}", _predict, model, values, idata, targets, random_seed
         )
     finally:
         guarded("Restoring the model's data", _set_data, model, saved)
-    people = graph.row_dim_names
+
+
+def _whitelisted(pp: DataTree, targets, given: set[str], people) -> DataTree:
+    """The result, by whitelist: the requested variables and, of the constant data, at most the
+    arrays given in ``new_data``."""
+    from pymc_dp.sampling import _clean_dataset
+
     out = {"predictions": _clean_dataset(pp["predictions"].to_dataset(), set(targets), people)}
     if given and "predictions_constant_data" in pp.children:
         data = _clean_dataset(pp["predictions_constant_data"].to_dataset(), given, people)

@@ -4,6 +4,17 @@ Park, Vinaroz & Jitkrittum (2021), "ABCDP: Approximate Bayesian Computation with
 Privacy", Algorithm 1. A public stage draws ``(theta_t, Y_t)`` from the prior and the simulator in
 batches; a private stage runs the sparse vector technique on ``rho(Y*, Y_t)`` and keeps the
 ``theta_t`` it accepts. The run is pure ``epsilon``-DP (Theorem 4.1) under replace-one neighbours.
+
+Rows bound as a Dask collection stay on the workers: the private embedding (a sum over rows) is
+computed per partition and added on the driver, and the public simulations run as tasks on the
+cluster, several batches at a time.
+
+References
+----------
+.. [1] Park, M., Vinaroz, M. and Jitkrittum, W. (2021). ABCDP: Approximate Bayesian
+   Computation with Differential Privacy. Entropy 23(8), 961. Algorithm 1, Theorem 4.1.
+.. [2] Lyu, M., Su, D. and Li, N. (2017). Understanding the Sparse Vector Technique for
+   Differential Privacy. PVLDB 10(6). Algorithm 1.
 """
 
 from __future__ import annotations
@@ -67,31 +78,29 @@ def sample_abcdp(
     """Draw differentially private posterior samples of a ``pm.Simulator`` model (ABCDP).
 
     Implements Algorithm 1 of Park, Vinaroz & Jitkrittum (2021). For t = 1, ..., T: draw
-    ``theta_t`` from the prior and ``Y_t`` from the simulator (public), and accept ``theta_t`` when
-    ``rho(Y*, Y_t) + nu_t <= threshold + m`` with ``nu_t ~ Lap(2 b)`` and ``m ~ Lap(b)`` (the
-    threshold noise is redrawn after every acceptance when ``resample``); stop after ``n_accept``
-    acceptances. With ``Delta = distance.sensitivity(n)``, Theorem 4.1 (eq. 8) sets
-    ``b = (c + 1) Delta / epsilon`` (``resample=False``) or ``b = 2 c Delta / epsilon``
-    (``resample=True``), so the run is pure ``epsilon``-DP.
+    ``theta_t`` from the prior and ``Y_t`` from the simulator (public); accept ``theta_t`` when
+    ``rho(Y*, Y_t) + nu_t <= threshold + m``, ``nu_t ~ Lap(2 b)``, ``m ~ Lap(b)`` (``m`` redrawn
+    after every acceptance when ``resample``); stop after ``n_accept`` acceptances. With ``Delta =
+    distance.sensitivity(n)``, Theorem 4.1 (eq. 8) sets ``b = (c + 1) Delta / epsilon``
+    (``resample=False``) or ``b = 2 c Delta / epsilon`` (``resample=True``): pure epsilon-DP.
 
-    Privacy: the unit is one row of the observed data (leading axis); neighbouring data sets
-    differ by replacing one row, n public. The released output is the accepted ``theta`` (and
-    public deterministics of them) in order, and how many proposals the SVT tested; never the
-    data, the distances or the noisy threshold. Everything that tunes the distance (the kernel
-    bandwidth, random features) comes from simulated data and ``random_seed`` only.
+    Privacy: the unit is one row of the observed data (leading axis); neighbours differ by
+    replacing one row, n public. Released: the accepted ``theta`` (and public deterministics of
+    them) in order, and how many proposals the SVT tested; never the data, the distances or the
+    noisy threshold. Only accept decisions leave the SVT, so the floating-point Laplace draws
+    carry no low-order bits into the output.
 
     Parameters
     ----------
     model : pm.Model, optional
-        A model with free variables (the prior) and one ``pm.Simulator`` observed variable holding
-        the private data; default: the model on the context stack. The simulator function runs in
-        the public stage and must not read the private data. The simulator's own ``distance``,
-        ``sum_stat`` and ``epsilon`` (used by ``pm.sample_smc``) are ignored.
+        Free variables (the prior) and one observed ``pm.Simulator`` (the private data); default:
+        the context's model. The simulator runs in the public stage and must not read the private
+        data; its ``distance``, ``sum_stat`` and ``epsilon`` (for ``pm.sample_smc``) are ignored.
     epsilon : float
         Total privacy budget ``epsilon_total`` > 0 of the run.
     threshold : float
-        ABC threshold ``epsilon_abc`` > 0, on the scale of the distance (MMD lies in [0, 2]).
-        Choose it without looking at the private data (e.g. from simulated data sets).
+        ABC threshold ``epsilon_abc`` > 0 on the scale of the distance (MMD lies in [0, 2]),
+        chosen without looking at the private data (e.g. from simulated data sets).
     n_accept : int
         ``c``: the SVT stops after this many acceptances. The noise grows linearly with ``c``.
     n_proposals : int
@@ -99,66 +108,71 @@ def sample_abcdp(
     resample : bool, default False
         Redraw the threshold noise after every acceptance (Algorithm 1, line 9).
     distance : Distance, optional
-        :class:`~pymc_dp.abcdp.MMD` (default: ``MMD()``, Gaussian kernel, 100 random Fourier
-        features, median-heuristic bandwidth from simulated data) or
-        :class:`~pymc_dp.abcdp.SummaryDistance`.
+        :class:`~pymc_dp.abcdp.MMD` (default ``MMD()``: Gaussian kernel, 100 random Fourier
+        features, median-heuristic bandwidth) or :class:`~pymc_dp.abcdp.SummaryDistance`.
     vectorized : bool, default False
-        Call the simulator once per batch with a leading batch axis on every input and
-        ``size=(k, *size)`` (PyTensor's ``RandomVariable`` batching rule); otherwise once per
-        proposal.
+        Call the simulator once per batch, with a leading batch axis on every input and
+        ``size=(k, *size)`` (PyTensor's ``RandomVariable`` batching rule); else once per proposal.
     batch_size : int, default 100
         Proposals simulated per batch.
     random_seed : int, sequence of int, SeedSequence or Generator, optional
-        Seeds the public stage (prior, simulator, random features): the same seed gives the same
-        proposals. It does not seed the privacy noise.
+        Seeds the public stage (prior, simulator, and the distance's tuning, which reads only
+        simulated data): the same seed gives the same proposals. Not the privacy noise.
     noise_seed : int, optional
-        Seed of the Laplace noise of the sparse vector technique. Default: OS entropy, which
-        nobody can reproduce; a seed (tests, reproducible research) is recorded in the ledger.
+        Seed of the SVT's Laplace noise. Default: OS entropy, which nobody can reproduce; a seed
+        (tests, reproducible research) is recorded in the ledger.
     progressbar : bool, default True
         Show a progress bar over the proposals (the simulation is the long part).
     data : array, Dask collection or dict, optional
         The private rows, bound to the ``pm.Data`` container the simulator observes (the model
-        then holds a small placeholder of the right trailing shape): an array or Dask
-        array / DataFrame column, or ``{container name: rows}`` as for :func:`pymc_dp.sample`.
-        NumPy rows are set into the model. Rows in a Dask collection stay on the workers: the
-        private embedding (MMD with random features, or a per-row :class:`SummaryDistance`)
-        is a sum over rows, computed per partition and added on the driver, and the public
-        simulations run as tasks on the cluster, several batches at a time. The result equals
-        the in-memory run with the same seeds up to the rounding of the summation order.
+        holds a placeholder of the right trailing shape): an array, a Dask array or DataFrame
+        column, or ``{container name: rows}`` as for :func:`pymc_dp.sample`. NumPy rows are set
+        into the model; Dask rows stay on the workers (module docstring), for a distance that is
+        a sum over rows (MMD with random features, or a per-row :class:`SummaryDistance`), with
+        the in-memory result for the same seeds up to the rounding of the summation order.
     client : distributed.Client, optional
         The cluster for Dask rows (default: the current client).
 
     Returns
     -------
     DataTree
-        Group ``posterior`` with dims ``(chain=1, draw=accepted)`` holding the accepted free
-        variables (and deterministics that do not read the data). Root ``attrs``: the privacy
-        ledger (:func:`pymc_dp.privacy_report` reads it) and ``abcdp_epsilon``,
-        ``abcdp_threshold``, ``abcdp_c``, ``abcdp_resample``, ``abcdp_b``,
-        ``abcdp_sensitivity``, ``abcdp_n_proposals``, ``abcdp_proposals_used``,
-        ``abcdp_accepted`` and a description of the distance. With fewer than ``n_accept``
-        acceptances the ones found are returned with a warning; the privacy cost is the same.
-
-    Notes
-    -----
-    Only the accept decisions leave the sparse vector technique, so the floating-point Laplace
-    draws carry no low-order bits into the output.
+        Group ``posterior``, dims ``(chain=1, draw=accepted)``: the accepted free variables (and
+        deterministics that do not read the data). Root ``attrs``: the privacy ledger (read by
+        :func:`pymc_dp.privacy_report`), ``abcdp_epsilon``, ``abcdp_threshold``, ``abcdp_c``,
+        ``abcdp_resample``, ``abcdp_b``, ``abcdp_sensitivity``, ``abcdp_n_proposals``,
+        ``abcdp_proposals_used``, ``abcdp_accepted`` and a description of the distance. Fewer
+        than ``n_accept`` acceptances: those found, with a warning; the privacy cost is the same.
 
     References
     ----------
-    .. [1] Park, M., Vinaroz, M. and Jitkrittum, W. (2021). ABCDP: Approximate Bayesian
-       Computation with Differential Privacy. Entropy 23(8), 961. Algorithm 1, Theorem 4.1.
-    .. [2] Lyu, M., Su, D. and Li, N. (2017). Understanding the Sparse Vector Technique for
-       Differential Privacy. PVLDB 10(6). Algorithm 1.
+    Park, Vinaroz & Jitkrittum (2021), Entropy 23(8), 961: Algorithm 1, Theorem 4.1; Lyu, Su & Li
+    (2017), PVLDB 10(6): Algorithm 1 (the sparse vector technique). Full titles: module docstring.
     """
     epsilon = check_epsilon(epsilon)
     spec, distance, args = _setup(model, threshold, n_accept, n_proposals, distance, batch_size)
     spec = _bind(spec, distance, data, client)
+    b, attrs = _svt_ledger(spec, distance, epsilon, args["n_accept"], bool(resample), noise_seed)
+    noise = _noise_streams(noise_seed)
+    return _run(
+        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar, noise
+    )
+
+
+def _svt_ledger(
+    spec: SimulatorModel,
+    distance: Distance,
+    epsilon: float,
+    c: int,
+    resample: bool,
+    noise_seed: int | None,
+) -> tuple[float, dict[str, Any]]:
+    """The SVT's noise scale ``b`` for a pure ``epsilon``-DP run (Theorem 4.1), and the root
+    attrs recording it: the privacy ledger, ``abcdp_epsilon`` and ``abcdp_b``."""
     sensitivity = distance.sensitivity(spec.n)
-    b = noise_scale(epsilon, args["n_accept"], sensitivity, bool(resample))
+    b = noise_scale(epsilon, c, sensitivity, resample)
     mechanism = (
-        f"sparse vector technique (ABCDP, Park et al. 2021 Alg. 1; c = {args['n_accept']}, "
-        f"resample = {bool(resample)}, threshold noise Lap(b), distance noise Lap(2b), "
+        f"sparse vector technique (ABCDP, Park et al. 2021 Alg. 1; c = {c}, "
+        f"resample = {resample}, threshold noise Lap(b), distance noise Lap(2b), "
         f"b = {b:.6g}, sensitivity = {sensitivity:.6g})"
     )
     ledger = PrivacyLedger(
@@ -170,11 +184,7 @@ def sample_abcdp(
         noise_seeded=noise_seed is not None,
         data_location=_location(spec),
     )
-    attrs = {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
-    noise = _noise_streams(noise_seed)
-    return _run(
-        spec, distance, b, bool(resample), args, attrs, vectorized, random_seed, progressbar, noise
-    )
+    return b, {**ledger.to_attrs(), "abcdp_epsilon": epsilon, "abcdp_b": b}
 
 
 def _noise_streams(noise_seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:

@@ -7,7 +7,7 @@ draw from the audit's generator, and carries the epsilon the accountant claims f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,6 +87,24 @@ def _check_which(which: Any) -> int:
     if which not in (0, 1) or isinstance(which, bool):
         raise ValueError(f"`which` must be 0 or 1, got {which!r}")
     return int(which)
+
+
+def _unit_direction(direction: ArrayLike, dim: int, expected: str) -> NDArray[np.float64]:
+    """``direction`` normalised to a unit vector; it must be a nonzero finite vector of length
+    ``dim`` (``expected`` says what it must match, in the error)."""
+    u = np.array(direction, dtype=np.float64).reshape(-1)
+    norm = float(np.sqrt(np.sum(u * u)))
+    if u.shape != (dim,) or not (np.isfinite(norm) and norm > 0):
+        raise ValueError(f"`direction` must be a nonzero finite vector of {expected}")
+    return u / norm
+
+
+def _projections(direction: NDArray, released: Iterable[NDArray], size: int) -> NDArray[np.float64]:
+    """The projections ``direction @ y`` of the ``size`` released vectors ``y``, one at a time."""
+    out = np.empty(size)
+    for i, y in enumerate(released):
+        out[i] = float(direction @ y)
+    return out
 
 
 def _point(step: Any, q: ArrayLike, name: str) -> NDArray:
@@ -307,22 +325,17 @@ class _GradientRelease(_StepRelease):
                 for s in self.steps
             ]
             direction = sums[1] - sums[0]
-        u = np.array(direction, dtype=np.float64).reshape(-1)
-        norm = float(np.sqrt(np.sum(u * u)))
-        if u.shape != (step0.likelihood.dim,) or not (np.isfinite(norm) and norm > 0):
-            raise ValueError(
-                "`direction` must be a nonzero finite vector of the model's dimension (the "
-                "default, D1's clipped gradient sum minus D0's, is zero at this `q`)"
-            )
-        self.direction = u / norm
+        self.direction = _unit_direction(
+            direction,
+            step0.likelihood.dim,
+            "the model's dimension (the default, D1's clipped gradient sum minus D0's, is zero "
+            "at this `q`)",
+        )
         self.claimed_epsilon = claimed_epsilon(step0, self.plan, release="gradient")
 
     def _run(self, step: Any, size: int) -> NDArray[np.float64]:
-        out = np.empty(size)
-        for i in range(size):
-            g, _ = step._noisy_grad(self.q)
-            out[i] = float(self.direction @ g)
-        return out
+        gradients = (step._noisy_grad(self.q)[0] for _ in range(size))
+        return _projections(self.direction, gradients, size)
 
     def __repr__(self) -> str:
         return f"gradient_release(DPHMC, direction={self.direction!r})"
@@ -482,14 +495,11 @@ class _ExpfamRelease:
         self.family = family
         if direction is None:
             direction = fam.statistic(d1)[0] - fam.statistic(d0)[0]
-        u = np.array(direction, dtype=np.float64).reshape(-1)
-        norm = float(np.sqrt(np.sum(u * u)))
-        if u.shape != (fam.dim,) or not (np.isfinite(norm) and norm > 0):
-            raise ValueError(
-                "`direction` must be a nonzero finite vector of the statistic's dimension (the "
-                "default, s(D1) - s(D0), is zero for these data sets)"
-            )
-        self.direction = u / norm
+        self.direction = _unit_direction(
+            direction,
+            fam.dim,
+            "the statistic's dimension (the default, s(D1) - s(D0), is zero for these data sets)",
+        )
         self._release = release
         probe = release(d0, family, self.epsilon, noise_seed=0, **self.family_kwargs)
         self.claimed_epsilon = float(probe.ledger.epsilon)
@@ -501,13 +511,13 @@ class _ExpfamRelease:
     def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
         data = self.data[_check_which(which)]
         seeds = rng.integers(2**63, size=int(size))
-        out = np.empty(int(size))
-        for i, seed in enumerate(seeds):
-            y = self._release(
+        releases = (
+            self._release(
                 data, self.family, self.epsilon, noise_seed=int(seed), **self.family_kwargs
             ).y
-            out[i] = float(self.direction @ y)
-        return out
+            for seed in seeds
+        )
+        return _projections(self.direction, releases, int(size))
 
     def __repr__(self) -> str:
         return f"expfam_release({self.family!r}, epsilon={self.epsilon!r})"

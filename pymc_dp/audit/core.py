@@ -400,13 +400,71 @@ def audit(
     Jagielski, Ullman & Oprea (2020), NeurIPS; Nasr, Song, Thakurta, Papernot & Carlini (2021),
     IEEE S&P.
     """
+    dlt, conf, n, grid, claimed_epsilon, threshold = _check_audit_arguments(
+        mechanism, statistic, trials, delta, claimed_epsilon, confidence, threshold, grid_size
+    )
+    alpha = 1.0 - conf
+    rng0, rng1 = np.random.default_rng(seed).spawn(2)
+    n_eval = n
+    if threshold is None:
+        n_cal = n // 2
+        n_eval = n - n_cal
+        threshold = _calibrated_threshold(mechanism, statistic, rng0, rng1, n_cal, grid, dlt, alpha)
+    return AuditResult(
+        claimed_epsilon=claimed_epsilon,
+        delta=dlt,
+        confidence=conf,
+        trials=n,
+        **_evaluation(mechanism, statistic, rng0, rng1, n_eval, threshold, dlt, alpha),
+    )
+
+
+def _evaluation(
+    mechanism: Mechanism,
+    statistic: Statistic | None,
+    rng0: np.random.Generator,
+    rng1: np.random.Generator,
+    n_eval: int,
+    threshold: float,
+    delta: float,
+    alpha: float,
+) -> dict[str, Any]:
+    """The :class:`AuditResult` fields measured on ``n_eval`` evaluation runs per data set (on
+    D0, then on D1): fresh runs, independent of the threshold."""
+    ev0 = _run(mechanism, statistic, 0, rng0, n_eval)
+    ev1 = _run(mechanism, statistic, 1, rng1, n_eval)
+    fp, fn = _error_counts(ev0, ev1, np.array([threshold]))
+    ne = np.array([float(n_eval)])
+    eps, fpr_u, fnr_u = _bound_arrays(fp, ne, fn, ne, delta, alpha)
+    return {
+        "epsilon_lower": float(eps[0]),
+        "eval_trials": n_eval,
+        "threshold": threshold,
+        "fpr": float(fp[0]) / n_eval,
+        "fnr": float(fn[0]) / n_eval,
+        "fpr_upper": float(fpr_u[0]),
+        "fnr_upper": float(fnr_u[0]),
+    }
+
+
+def _check_audit_arguments(
+    mechanism: Any,
+    statistic: Any,
+    trials: Any,
+    delta: Any,
+    claimed_epsilon: Any,
+    confidence: Any,
+    threshold: Any,
+    grid_size: Any,
+) -> tuple[float, float, int, int, float | None, float | None]:
+    """The checked ``(delta, confidence, trials, grid_size, claimed_epsilon, threshold)`` of
+    :func:`audit`."""
     if not callable(mechanism):
         raise TypeError("`mechanism` must be callable as mechanism(which, rng)")
     if statistic is not None and not callable(statistic):
         raise TypeError("`statistic` must be callable as statistic(output)")
     dlt = _check_delta(delta)
     conf = check_delta(confidence, "confidence")
-    alpha = 1.0 - conf
     n = check_count(trials, "trials", 1 if threshold is not None else 2)
     grid = check_count(grid_size, "grid_size", 2)
     if claimed_epsilon is not None:
@@ -417,40 +475,29 @@ def audit(
         threshold = _as_float(threshold, "threshold")
         if math.isnan(threshold):
             raise ValueError("`threshold` must not be NaN")
+    return dlt, conf, n, grid, claimed_epsilon, threshold
 
-    rng0, rng1 = np.random.default_rng(seed).spawn(2)
-    n_eval = n
-    if threshold is None:
-        n_cal = n // 2
-        n_eval = n - n_cal
-        cal0 = _run(mechanism, statistic, 0, rng0, n_cal)
-        cal1 = _run(mechanism, statistic, 1, rng1, n_cal)
-        candidates = _candidate_thresholds(cal0, cal1, grid)
-        fp_c, fn_c = _error_counts(cal0, cal1, candidates)
-        n_c = np.full(candidates.shape, float(n_cal))
-        # Bonferroni over the candidates: a lucky sparse tail does not win (module docstring).
-        eps_c, _, _ = _bound_arrays(fp_c, n_c, fn_c, n_c, dlt, alpha / candidates.size)
-        threshold = float(candidates[int(np.argmax(eps_c))])
-        del cal0, cal1  # the calibration runs play no further part
-    # Evaluation runs: fresh, independent of the threshold.
-    ev0 = _run(mechanism, statistic, 0, rng0, n_eval)
-    ev1 = _run(mechanism, statistic, 1, rng1, n_eval)
-    fp, fn = _error_counts(ev0, ev1, np.array([threshold]))
-    ne = np.array([float(n_eval)])
-    eps, fpr_u, fnr_u = _bound_arrays(fp, ne, fn, ne, dlt, alpha)
-    return AuditResult(
-        epsilon_lower=float(eps[0]),
-        claimed_epsilon=claimed_epsilon,
-        delta=dlt,
-        confidence=conf,
-        trials=n,
-        eval_trials=n_eval,
-        threshold=threshold,
-        fpr=float(fp[0]) / n_eval,
-        fnr=float(fn[0]) / n_eval,
-        fpr_upper=float(fpr_u[0]),
-        fnr_upper=float(fnr_u[0]),
-    )
+
+def _calibrated_threshold(
+    mechanism: Mechanism,
+    statistic: Statistic | None,
+    rng0: np.random.Generator,
+    rng1: np.random.Generator,
+    n_cal: int,
+    grid: int,
+    delta: float,
+    alpha: float,
+) -> float:
+    """The threshold maximising the lower bound on ``n_cal`` calibration runs per data set (on
+    D0, then on D1), among the candidate order statistics of their scores."""
+    cal0 = _run(mechanism, statistic, 0, rng0, n_cal)
+    cal1 = _run(mechanism, statistic, 1, rng1, n_cal)
+    candidates = _candidate_thresholds(cal0, cal1, grid)
+    fp_c, fn_c = _error_counts(cal0, cal1, candidates)
+    n_c = np.full(candidates.shape, float(n_cal))
+    # Bonferroni over the candidates: a lucky sparse tail does not win (module docstring).
+    eps_c, _, _ = _bound_arrays(fp_c, n_c, fn_c, n_c, delta, alpha / candidates.size)
+    return float(candidates[int(np.argmax(eps_c))])
 
 
 # --------------------------------------------------------------------------------------------

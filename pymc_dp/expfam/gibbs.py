@@ -87,6 +87,13 @@ def _noise_variance(
     return 1.0 / inverse_gaussian(rng, 1.0 / (scale * resid), 1.0 / (scale * scale))
 
 
+def _initial_noise_variance(y: Array, epsilon: float, sensitivity: float) -> Array:
+    """Starting ``sigma_j^2``: ``2 Delta^2 / eps^2``, the mean of its Exp(eps^2 / (2 Delta^2))
+    prior, for every element of ``y``."""
+    scale = sensitivity / epsilon
+    return np.full_like(y, 2.0 * scale * scale)
+
+
 def _normal_product(m1: Array, v1: Array, m2: Array, v2: Array) -> tuple[Array, Array]:
     """NormProduct of Algorithm 1 (scalar): mean and sd of ``N(m1, v1) N(m2, v2)``; a point mass
     ``v1 = 0`` (e.g. no record can fall in a section) stays a point mass."""
@@ -111,8 +118,7 @@ def _gibbs_binomial(
     y = y[:, 0]
     lo, hi = family.valid_range(n)
     s = np.clip(y, lo, hi)
-    scale = family.sensitivity / epsilon
-    sigma2 = np.full_like(y, 2.0 * scale * scale)  # mean of the Exp(eps^2 / (2 Delta^2)) prior
+    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
     theta_out = np.empty((y.size, draws))
     s_out = np.empty((y.size, draws, 1))
     for it in range(tune + draws):
@@ -152,8 +158,7 @@ def _gibbs_multinomial(
     s = family.clip_statistic(y, n)
     mass = s.sum(axis=1, keepdims=True)
     s = np.where(mass > 0, s * total / np.where(mass > 0, mass, 1.0), total / k)
-    scale = family.sensitivity / epsilon
-    sigma2 = np.full_like(y, 2.0 * scale * scale)
+    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
     theta_out = np.empty((batch, draws, k))
     s_out = np.empty((batch, draws, k))
     for it in range(tune + draws):
@@ -209,8 +214,7 @@ def _gibbs_truncated(
     lo_s, hi_s = family.valid_range(n)
     s_hat = np.clip(y, lo_in, hi_in)
     s_out = np.zeros_like(y)
-    scale = family.sensitivity / epsilon
-    sigma2 = np.full_like(y, 2.0 * scale * scale)
+    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
     theta_out = np.empty((y.size, draws))
     s_hat_out = np.empty((y.size, draws, 1))
     s_tot_out = np.empty((y.size, draws, 1))

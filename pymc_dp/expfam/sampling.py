@@ -36,7 +36,7 @@ from xarray import DataTree
 
 from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam.families import Binomial, Exponential, Family, Multinomial, Normal, Poisson
-from pymc_dp.expfam.gibbs import gibbs, naive_posterior
+from pymc_dp.expfam.gibbs import GibbsTrace, gibbs, naive_posterior
 from pymc_dp.expfam.release import RELEASE_ATTR, NoisyStatistic, release_statistic
 from pymc_dp.noise import NoiseSource
 
@@ -61,6 +61,10 @@ _SUPPORTED = (
 
 
 _NUMPY = Mode(linker="py", optimizer=None)
+#: Sample stats: ``name -> (dims, values)``.
+_Stats = dict[str, tuple[tuple[str, ...], NDArray[np.float64]]]
+#: The posterior variable: ``(name, dims, coords, deterministics)``.
+_Variable = tuple[str, tuple[str, ...], dict[str, Any], tuple]
 
 
 def _value(var: Variable) -> NDArray[Any]:
@@ -299,76 +303,14 @@ def find_conjugate_pair(model: Model | None = None) -> ConjugateModel:
     model = modelcontext(model)
     theta, lik = _find_pair(model)
     _check_prior_reads_no_data(model, theta, lik)
-    p_op, l_op = theta.owner.op.name, lik.owner.op.name
-    prior_params = _evaluate_constants(theta.owner.op.dist_params(theta.owner), "prior")
-    if p_op == "dirichlet":
-        if theta.type.ndim != 1:
-            raise ValueError(f"the Dirichlet prior {theta.name!r} must be one vector (ndim 1)")
-        prior = prior_params[0].reshape(-1)
-        k = prior.size
-    else:
-        if theta.type.ndim != 0 or any(v.size != 1 for v in prior_params):
-            raise ValueError(
-                f"the prior variable {theta.name!r} must be a scalar with scalar parameters: "
-                "batched conjugate pairs are not supported"
-            )
-        vals = [float(v.reshape(-1)[0]) for v in prior_params]
-        # PyTensor's gamma takes (shape, scale); the family wants (shape, rate)
-        prior = np.array([vals[0], 1.0 / vals[1]] if p_op == "gamma" else vals)
-        k = 1
-    # link: the likelihood parameter must be theta itself
-    link = _link(theta, lik.owner.op.dist_params(lik.owner))
-    points = _test_points(p_op, k)
-    evals = [link(t) for t in points]
-    theta_slot = 1 if l_op in ("binomial", "multinomial") else 0
-    for t, ev in zip(points, evals, strict=True):
-        target = 1.0 / t if l_op == "exponential" else t
-        got = ev[theta_slot]
-        if got.size == 0 or not np.allclose(got, np.broadcast_to(target, got.shape), rtol=1e-10):
-            what = "1 / rate (PyMC's scale)" if l_op == "exponential" else "the variable itself"
-            raise ValueError(
-                f"the parameter of {lik.name!r} must be the prior variable {theta.name!r} "
-                f"({what}); transformations of it (logit, scaling, ...) are not conjugate"
-            )
+    prior, k = _prior_hyperparameters(theta)
+    evals = _checked_link_values(theta, lik, k)
     # the number of records is read from observed data only: an unobserved likelihood (the
     # modeler's placeholder) takes n from the release
     observed = _value(model.rvs_to_values[lik]) if lik in model.observed_RVs else None
     shape = tuple(observed.shape) if observed is not None else None
-    n: int | None = None
-    aggregate = False
-    options: dict[str, Any] = {}
-    family_cls: type[Family]
-    if l_op in ("binomial", "multinomial"):
-        trials = check_count(
-            _constant_across([e[0] for e in evals], "n", lik.name), f"n of {lik.name!r}", 1
-        )
-        if shape is not None:
-            aggregate = len(shape) == (0 if l_op == "binomial" else 1)
-            if aggregate:  # N people, one trial each
-                n, trials = trials, 1
-            else:
-                n = int(shape[0])
-        family_cls = Binomial if l_op == "binomial" else Multinomial
-        options = {"trials": trials} if l_op == "binomial" else {"categories": k, "trials": trials}
-    elif l_op in ("bernoulli", "categorical"):
-        family_cls = Binomial if l_op == "bernoulli" else Multinomial
-        options = {"trials": 1} if l_op == "bernoulli" else {"categories": k, "trials": 1}
-        if shape is not None:
-            if len(shape) > 1:
-                raise ValueError(f"{lik.name!r} must be one record per element of a vector")
-            n = int(np.prod(shape, dtype=np.int64))
-    else:
-        if shape is not None:
-            if len(shape) > 1:
-                raise ValueError(f"{lik.name!r} must be one record per element of a vector")
-            n = int(np.prod(shape, dtype=np.int64))
-        family_cls = {"poisson": Poisson, "exponential": Exponential, "normal": Normal}[l_op]
-        if l_op == "normal":
-            options = {"sigma": _constant_across([e[1] for e in evals], "sigma", lik.name)}
-    dims = tuple(model.named_vars_to_dims.get(theta.name, ()) or ())
-    if not dims and k > 1:
-        dims = (f"{theta.name}_dim_0",)
-    coords = {d: list(model.coords[d]) for d in dims if model.coords.get(d) is not None}
+    family_cls, options, n, aggregate = _likelihood_structure(lik, k, evals, shape)
+    dims, coords = _theta_dims(model, theta, k)
     return ConjugateModel(
         theta=theta.name,
         dims=dims,
@@ -382,6 +324,98 @@ def find_conjugate_pair(model: Model | None = None) -> ConjugateModel:
         observed=observed,
         deterministics=_public_deterministics(model, theta),
     )
+
+
+def _prior_hyperparameters(theta: Variable) -> tuple[NDArray[np.float64], int]:
+    """The prior's constant hyperparameters (order of the family's ``prior_name``) and the size
+    ``k`` of theta (1 for a scalar prior)."""
+    p_op = theta.owner.op.name
+    prior_params = _evaluate_constants(theta.owner.op.dist_params(theta.owner), "prior")
+    if p_op == "dirichlet":
+        if theta.type.ndim != 1:
+            raise ValueError(f"the Dirichlet prior {theta.name!r} must be one vector (ndim 1)")
+        prior = prior_params[0].reshape(-1)
+        return prior, prior.size
+    if theta.type.ndim != 0 or any(v.size != 1 for v in prior_params):
+        raise ValueError(
+            f"the prior variable {theta.name!r} must be a scalar with scalar parameters: "
+            "batched conjugate pairs are not supported"
+        )
+    vals = [float(v.reshape(-1)[0]) for v in prior_params]
+    # PyTensor's gamma takes (shape, scale); the family wants (shape, rate)
+    return np.array([vals[0], 1.0 / vals[1]] if p_op == "gamma" else vals), 1
+
+
+def _checked_link_values(theta: Variable, lik: Variable, k: int) -> list[list[NDArray[np.float64]]]:
+    """The likelihood's parameters at test values of theta, after checking that its parameter is
+    theta itself (the link of a conjugate pair)."""
+    l_op = lik.owner.op.name
+    link = _link(theta, lik.owner.op.dist_params(lik.owner))
+    points = _test_points(theta.owner.op.name, k)
+    evals = [link(t) for t in points]
+    theta_slot = 1 if l_op in ("binomial", "multinomial") else 0
+    for t, ev in zip(points, evals, strict=True):
+        target = 1.0 / t if l_op == "exponential" else t
+        got = ev[theta_slot]
+        if got.size == 0 or not np.allclose(got, np.broadcast_to(target, got.shape), rtol=1e-10):
+            what = "1 / rate (PyMC's scale)" if l_op == "exponential" else "the variable itself"
+            raise ValueError(
+                f"the parameter of {lik.name!r} must be the prior variable {theta.name!r} "
+                f"({what}); transformations of it (logit, scaling, ...) are not conjugate"
+            )
+    return evals
+
+
+def _likelihood_structure(
+    lik: Variable, k: int, evals: list[list[NDArray[np.float64]]], shape: tuple[int, ...] | None
+) -> tuple[type[Family], dict[str, Any], int | None, bool]:
+    """The likelihood family, its public options, the number of records (None if unobserved) and
+    whether the observation is an aggregate count, from the link values and the observed shape."""
+    l_op = lik.owner.op.name
+    if l_op in ("binomial", "multinomial"):
+        trials = check_count(
+            _constant_across([e[0] for e in evals], "n", lik.name), f"n of {lik.name!r}", 1
+        )
+        n: int | None = None
+        aggregate = False
+        if shape is not None:
+            aggregate = len(shape) == (0 if l_op == "binomial" else 1)
+            if aggregate:  # N people, one trial each
+                n, trials = trials, 1
+            else:
+                n = int(shape[0])
+        if l_op == "binomial":
+            return Binomial, {"trials": trials}, n, aggregate
+        return Multinomial, {"categories": k, "trials": trials}, n, aggregate
+    n = _vector_records(lik, shape)
+    if l_op == "bernoulli":
+        return Binomial, {"trials": 1}, n, False
+    if l_op == "categorical":
+        return Multinomial, {"categories": k, "trials": 1}, n, False
+    options: dict[str, Any] = {}
+    if l_op == "normal":
+        options = {"sigma": _constant_across([e[1] for e in evals], "sigma", lik.name)}
+    family_cls = {"poisson": Poisson, "exponential": Exponential, "normal": Normal}[l_op]
+    return family_cls, options, n, False
+
+
+def _vector_records(lik: Variable, shape: tuple[int, ...] | None) -> int | None:
+    """Records of a likelihood observed as one record per element of a vector (None if
+    unobserved)."""
+    if shape is None:
+        return None
+    if len(shape) > 1:
+        raise ValueError(f"{lik.name!r} must be one record per element of a vector")
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _theta_dims(model: Model, theta: Variable, k: int) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """Dims of theta (the model's, or ``<name>_dim_0`` for an unnamed vector) and their coords."""
+    dims = tuple(model.named_vars_to_dims.get(theta.name, ()) or ())
+    if not dims and k > 1:
+        dims = (f"{theta.name}_dim_0",)
+    coords = {d: list(model.coords[d]) for d in dims if model.coords.get(d) is not None}
+    return dims, coords
 
 
 def _public_deterministics(model: Model, theta: Variable) -> tuple:
@@ -476,7 +510,7 @@ def _datatree(
     dims: tuple[str, ...],
     coords: dict[str, Any],
     theta: NDArray[np.float64],
-    stats: dict[str, tuple[tuple[str, ...], NDArray[np.float64]]],
+    stats: _Stats,
     deterministics: tuple,
     attrs: dict[str, Any],
 ) -> DataTree:
@@ -573,6 +607,65 @@ def sample(
         ``epsilon`` independent of draws and chains; read by :func:`pymc_dp.privacy_report`),
         the release record and the method.
     """
+    _check_sample_arguments(method, released, data, epsilon)
+    draws = check_count(draws, "draws", minimum=1)
+    tune = check_count(tune, "tune")
+    chains = check_count(chains, "chains", minimum=1)
+    chain_rng = np.random.default_rng(random_seed)
+    if prior is not None:
+        family, prior_arr, variable = _variable_without_model(model, released, prior, var_name)
+    else:
+        conj = find_conjugate_pair(_context_model(model))
+        noise = NoiseSource(noise_seed)
+        family, released = _release_for(conj, released, data, epsilon, bounds, noise)
+        prior_arr = conj.prior
+        variable = (conj.theta, conj.dims, conj.coords, conj.deterministics)
+    name, dims, coords, dets = variable
+    y = np.repeat(released.y[None, :], chains, axis=0)  # one chain per copy of the release
+    theta, stats = _posterior_draws(
+        method, family, prior_arr, released, y, dims, draws, tune, chain_rng
+    )
+    attrs = _result_attrs(released, method, family, prior_arr)
+    return _datatree(name, dims, coords, theta, stats, dets, attrs)
+
+
+def _posterior_draws(
+    method: str,
+    family: Family,
+    prior: NDArray[np.float64],
+    released: NoisyStatistic,
+    y: NDArray[np.float64],
+    dims: tuple[str, ...],
+    draws: int,
+    tune: int,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.float64], _Stats]:
+    """Draws of theta from the chains (one per row of ``y``) of ``method``, and the sample stats
+    (the Gibbs sampler's latent statistics; none for the naive baseline)."""
+    if method != "gibbs":
+        return naive_posterior(family, prior, y, released.n, draws=draws, random_seed=rng), {}
+    trace = gibbs(
+        family, prior, y, released.n, released.epsilon, draws=draws, tune=tune, random_seed=rng
+    )
+    return trace.theta, _latent_stats(trace, family, dims)
+
+
+def _result_attrs(
+    released: NoisyStatistic, method: str, family: Family, prior: NDArray[np.float64]
+) -> dict[str, Any]:
+    """Root attrs of the result: the privacy ledger, the method, the release and the prior."""
+    attrs = dict(released.ledger.to_attrs())
+    attrs[METHOD_ATTR] = _METHODS[method]
+    attrs[RELEASE_ATTR] = released.to_json()
+    attrs["pymc_dp_expfam_prior"] = f"{family.prior_name} = {prior.tolist()}"
+    return attrs
+
+
+def _check_sample_arguments(
+    method: str, released: NoisyStatistic | None, data: ArrayLike | None, epsilon: float | None
+) -> None:
+    """Refuse an unknown ``method`` and a ``released`` that is not a release or comes with the
+    arguments of a new one."""
     if method not in _METHODS:
         raise ValueError(f"`method` must be one of {sorted(_METHODS)}, got {method!r}")
     if released is not None and (data is not None or epsilon is not None):
@@ -582,60 +675,35 @@ def sample(
         )
     if released is not None and not isinstance(released, NoisyStatistic):
         raise ValueError(f"`released` must be a NoisyStatistic, got {type(released).__name__}")
-    draws = check_count(draws, "draws", minimum=1)
-    tune = check_count(tune, "tune")
-    chains = check_count(chains, "chains", minimum=1)
-    chain_rng = np.random.default_rng(random_seed)
 
-    if prior is not None:
-        if model is not None:
-            raise ValueError("pass either `model` or `prior`, not both")
-        if released is None:
-            raise ValueError("`prior` without a model needs `released=`")
-        family = released.family
-        prior_arr = family.check_prior(prior)
-        name, dims, coords, dets = var_name, (), {}, ()
-        if family.theta_shape:
-            dims = (f"{var_name}_dim_0",)
-    else:
-        try:
-            model = modelcontext(model)
-        except TypeError:
-            raise ValueError(
-                "no model: pass `model=`, call inside `with model:`, or pass `prior=` with "
-                "`released=`"
-            ) from None
-        conj = find_conjugate_pair(model)
-        noise = NoiseSource(noise_seed)
-        family, released = _release_for(conj, released, data, epsilon, bounds, noise)
-        prior_arr, name, dims, coords = conj.prior, conj.theta, conj.dims, conj.coords
-        dets = conj.deterministics
-    y = np.repeat(released.y[None, :], chains, axis=0)
-    stats: dict[str, tuple[tuple[str, ...], NDArray[np.float64]]] = {}
-    if method == "gibbs":
-        trace = gibbs(
-            family,
-            prior_arr,
-            y,
-            released.n,
-            released.epsilon,
-            draws=draws,
-            tune=tune,
-            random_seed=chain_rng,
-        )
-        theta = trace.theta
-        if family.dim == 1:
-            stats["s"] = ((), trace.s[..., 0])
-        else:
-            stats["s"] = (dims, trace.s)
-        if trace.s_hat is not None:
-            stats["s_hat"] = ((), trace.s_hat[..., 0])
-    else:
-        theta = naive_posterior(
-            family, prior_arr, y, released.n, draws=draws, random_seed=chain_rng
-        )
-    attrs = dict(released.ledger.to_attrs())
-    attrs[METHOD_ATTR] = _METHODS[method]
-    attrs[RELEASE_ATTR] = released.to_json()
-    attrs["pymc_dp_expfam_prior"] = f"{family.prior_name} = {prior_arr.tolist()}"
-    return _datatree(name, dims, coords, theta, stats, dets, attrs)
+
+def _variable_without_model(
+    model: Model | None, released: NoisyStatistic | None, prior: ArrayLike, var_name: str
+) -> tuple[Family, NDArray[np.float64], _Variable]:
+    """The family, the checked prior and the posterior variable of a release without a model."""
+    if model is not None:
+        raise ValueError("pass either `model` or `prior`, not both")
+    if released is None:
+        raise ValueError("`prior` without a model needs `released=`")
+    family = released.family
+    prior_arr = family.check_prior(prior)
+    dims = (f"{var_name}_dim_0",) if family.theta_shape else ()
+    return family, prior_arr, (var_name, dims, {}, ())
+
+
+def _context_model(model: Model | None) -> Model:
+    """``model``, or the model on the context stack."""
+    try:
+        return modelcontext(model)
+    except TypeError:
+        raise ValueError(
+            "no model: pass `model=`, call inside `with model:`, or pass `prior=` with `released=`"
+        ) from None
+
+
+def _latent_stats(trace: GibbsTrace, family: Family, dims: tuple[str, ...]) -> _Stats:
+    """``sample_stats`` of a Gibbs run: the latent ``s`` and, for truncated families, ``s_hat``."""
+    stats: _Stats = {"s": ((), trace.s[..., 0]) if family.dim == 1 else (dims, trace.s)}
+    if trace.s_hat is not None:
+        stats["s_hat"] = ((), trace.s_hat[..., 0])
+    return stats

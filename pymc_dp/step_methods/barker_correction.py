@@ -239,8 +239,7 @@ class CorrectionDistribution:
         numpy.ndarray
             ``P(V_corr <= x)``, same shape as ``x``.
         """
-        x = np.asarray(x, dtype=np.float64)[..., None]
-        return _pair_cdf(x, self.means, np.sqrt(self.variances)) @ self.weights
+        return self._mixture_cdf(x, self.variances)
 
     def convolved_cdf(self, x: ArrayLike) -> NDArray[np.float64]:
         """CDF of ``N(0, C) + V_corr``, the approximation of the Logistic(0, 1) CDF.
@@ -255,8 +254,13 @@ class CorrectionDistribution:
         numpy.ndarray
             ``P(N(0, C) + V_corr <= x)``, same shape as ``x``.
         """
+        return self._mixture_cdf(x, self.C + self.variances)
+
+    def _mixture_cdf(self, x: ArrayLike, variances: NDArray[np.float64]) -> NDArray[np.float64]:
+        """CDF of the symmetric mixture with this correction's means and weights and the
+        components' ``variances``."""
         x = np.asarray(x, dtype=np.float64)[..., None]
-        return _pair_cdf(x, self.means, np.sqrt(self.C + self.variances)) @ self.weights
+        return _pair_cdf(x, self.means, np.sqrt(variances)) @ self.weights
 
     def sup_cdf_error(self, grid: ArrayLike | None = None) -> float:
         """Largest ``|convolved_cdf(x) - expit(x)|`` over ``grid``.

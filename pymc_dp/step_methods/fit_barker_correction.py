@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.optimize import linprog
 from scipy.special import expit
 
@@ -105,6 +106,25 @@ def fit_correction(
 
     means = np.linspace(0.0, max_mean, n_components)
     x = np.linspace(0.0, x_max, n_grid)
+    weights = _minimax_weights(means, x, C, v, target if match_variance else None)
+    # Simplex solutions are exact zeros off the basis; the threshold only guards against -0/1e-300.
+    keep = weights > 1e-15
+    return CorrectionDistribution(
+        C=C,
+        means=means[keep],
+        weights=weights[keep] / weights[keep].sum(),
+        variances=np.full(int(keep.sum()), v),
+    )
+
+
+def _minimax_weights(
+    means: NDArray[np.float64], x: NDArray[np.float64], C: float, v: float, variance: float | None
+) -> NDArray[np.float64]:
+    """Weights ``w`` of the candidate components (``means``, each of variance ``v``) minimising
+    ``t`` subject to ``|A w - expit(x)| <= t`` on the grid ``x``, ``w >= 0``, ``sum w = 1`` and,
+    unless ``variance`` is None, ``Var(V_corr) = variance``: the linear program of
+    :func:`fit_correction` (HiGHS, deterministic)."""
+    n_components, n_grid = means.size, x.size
     design = _pair_cdf(x[:, None], means, np.full(n_components, math.sqrt(C + v)))
     logistic = expit(x)
     # Variables (w_1..w_K, t); rows encode A w - t <= F and -A w - t <= -F.
@@ -113,9 +133,9 @@ def fit_correction(
     b_ub = np.concatenate([logistic, -logistic])
     a_eq = [np.append(np.ones(n_components), 0.0)]
     b_eq = [1.0]
-    if match_variance:
+    if variance is not None:
         a_eq.append(np.append(means**2 + v, 0.0))
-        b_eq.append(target)
+        b_eq.append(variance)
     cost = np.zeros(n_components + 1)
     cost[-1] = 1.0
     res = linprog(
@@ -129,15 +149,7 @@ def fit_correction(
     )
     if res.status != 0:
         raise RuntimeError(f"linear program failed: {res.message}")
-    weights = res.x[:-1]
-    # Simplex solutions are exact zeros off the basis; the threshold only guards against -0/1e-300.
-    keep = weights > 1e-15
-    return CorrectionDistribution(
-        C=C,
-        means=means[keep],
-        weights=weights[keep] / weights[keep].sum(),
-        variances=np.full(int(keep.sum()), v),
-    )
+    return res.x[:-1]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
