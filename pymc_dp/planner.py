@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from pymc.blocking import DictToArrayBijection
@@ -104,11 +104,17 @@ _ACCEPT = 0.25
 ESS_FOR_MCMC = 400.0
 #: Tuning iterations the dual averaging of the zero-tuning steps needs to settle.
 MIN_TUNE = 200
+#: The advice that recommends DPSuffStats for a linear-Gaussian likelihood.
+_SUFFSTATS_ADVICE = (
+    "the likelihood is Normal with a mean affine in its covariates: pdp.DPSuffStats "
+    "releases its sufficient statistics once (no clipping bias; the noise sd keeps its "
+    "true shape); give it outcome_bounds (the outcome's public range)"
+)
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The planner's predictions for one run (see the module docstring)."""
+class _Run:
+    """The run planned (public): its rows, parameters, budget and length."""
 
     n: int
     dim: int
@@ -117,6 +123,12 @@ class Plan:
     chains: int
     tune: int
     draws: int
+
+
+@dataclass(frozen=True)
+class Plan(_Run):
+    """The planner's predictions for one run (see the module docstring)."""
+
     ratio: np.ndarray
     posterior_sd: np.ndarray
     laplace_error_sd: float
@@ -167,16 +179,12 @@ class Plan:
             f"pdp.plan: n = {self.n}, {self.dim} parameters, epsilon = {self.epsilon:g}, "
             f"delta = {self.delta:.1e}, {self.chains} chains x ({self.tune} + {self.draws})"
         )
+        recommended = f"  recommended: {self.recommended}" + (
+            "" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"
+        )
+        advice = [f"  advice: {a}" for a in self.advice]
         if np.isnan(self.laplace_error_sd) and self.suffstats:  # planned without clip bounds
-            return "\n".join(
-                [
-                    head,
-                    self._suffstats_line(),
-                    f"  recommended: {self.recommended}"
-                    + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
-                    *[f"  advice: {a}" for a in self.advice],
-                ]
-            )
+            return "\n".join([head, self._suffstats_line(), recommended, *advice])
         lines = [
             head,
             f"  r = sqrt(n I) / B per coordinate: {r.min():.3g} .. {r.max():.3g}"
@@ -191,8 +199,7 @@ class Plan:
             f"~{self.penalty_acceptance:.2f}, ESS ~{self.penalty_ess:.3g} (all chains)",
             *([self._anchored_line()] if self.anchored else []),
             *([self._suffstats_line()] if self.suffstats else []),
-            f"  recommended: {self.recommended}"
-            + ("" if self.feasible else "  -- NOT FEASIBLE for a usable posterior"),
+            recommended,
         ]
         if self.split:
             sp = self.split
@@ -202,8 +209,7 @@ class Plan:
                 + f", tune={sp['tune']}, "
                 f"draws={sp['draws']}, chains={sp['chains']} (ESS ~{sp['ess']:.3g})"
             )
-        lines += [f"  advice: {a}" for a in self.advice]
-        return "\n".join(lines)
+        return "\n".join(lines + advice)
 
 
 def _bounds(dim: int, llr_clip, grad_clip) -> tuple[np.ndarray, float]:
@@ -287,25 +293,90 @@ def plan(
     n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
     delta = default_delta(n) if delta is None else float(delta)
     q0 = _initial_q(model)
-    dim = int(q0.size)
+    run = _Run(n, int(q0.size), epsilon, delta, chains, tune, draws)
     mu = gaussian_mu_for_budget(epsilon, delta)
     if hess_clip is not None:
         hess_clip = check_positive(hess_clip, "hess_clip")
     suffstats = _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd)
     if suffstats is not None and llr_clip is None and grad_clip is None:
-        return _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats)
-    per, l2 = _bounds(dim, llr_clip, grad_clip)
+        return _suffstats_plan(run, suffstats)
+    per, l2 = _bounds(run.dim, llr_clip, grad_clip)
+    fc = _forecast(model, q0, run, mu, per, info_per_row)
+    anchored = transformed = None
+    if hess_clip is not None:
+        anchored = _anchored_prediction(
+            run,
+            mu=mu,
+            posterior_sd=fc.posterior_sd,
+            warm_error=fc.lap_err,
+            hess_clip=hess_clip,
+            grad_clip=l2,
+            active=_likelihood_mask(model, graph),
+            e_max=fc.e_max,
+        )
+        transformed = _transformed_reads(model, graph)
+    return _clipped_plan(run, fc, suffstats, anchored, transformed)
+
+
+@dataclass(frozen=True)
+class _Forecast:
+    """What the clipped samplers deliver (module docstring): the ratio r_j and the posterior sd
+    per coordinate; DPLaplace's mode error per coordinate (``lap_err``, posterior sds), the
+    widening of its intervals (``lap_sd``) and its largest error (``lap_largest``); the
+    zero-tuning DPPenalty's noise multiplier ``s``, step (``step_sd``, posterior sds) and
+    ``ess``; ``e_max``, the largest error sd per coordinate of a usable posterior."""
+
+    ratio: np.ndarray
+    posterior_sd: np.ndarray
+    lap_err: float
+    lap_sd: float
+    lap_largest: float
+    s: float
+    step_sd: float
+    ess: float
+    e_max: float
+
+    # "usable": every mean within 0.5 posterior sd and every sd within [0.67, 1.5] x; with d
+    # coordinates of error sd e the first holds with probability (2 Phi(0.5 / e) - 1)^d
+    @property
+    def laplace_ok(self) -> bool:
+        return self.lap_err <= self.e_max and self.lap_sd <= 1.5
+
+    @property
+    def mcmc_ok(self) -> bool:
+        return self.ess >= ESS_FOR_MCMC
+
+
+def _forecast(model: Model, q0: np.ndarray, run: _Run, mu: float, per, info_per_row) -> _Forecast:
+    """The predictions for DPLaplace and the zero-tuning DPPenalty (public facts only)."""
     info = (
         DEFAULT_INFO_FRACTION * per**2
         if info_per_row is None
-        else np.broadcast_to(np.asarray(info_per_row, dtype=float), (dim,)).copy()
+        else np.broadcast_to(np.asarray(info_per_row, dtype=float), (run.dim,)).copy()
     )
     prior_precision = _prior_precision(model, q0)
-    posterior_sd = 1.0 / np.sqrt(n * info + prior_precision)
+    posterior_sd = 1.0 / np.sqrt(run.n * info + prior_precision)
     # r = sqrt(n I) / B, with the prior's information counted: a release moves the estimate by
     # 2 s B sd posterior sds
     ratio = 1.0 / (per * posterior_sd)
+    lap_err, lap_sd, lap_largest = _laplace_error(mu, run.dim, run.n)
+    s, step_sd, ess = _penalty_mixing(mu, ratio, run)
+    return _Forecast(
+        ratio=ratio,
+        posterior_sd=posterior_sd,
+        lap_err=lap_err,
+        lap_sd=lap_sd,
+        lap_largest=lap_largest,
+        s=s,
+        step_sd=step_sd,
+        ess=ess,
+        e_max=_largest_error(run.dim),
+    )
 
+
+def _laplace_error(mu: float, dim: int, n: int) -> tuple[float, float, float]:
+    """DPLaplace's mode error per coordinate (posterior sds), the widening of its noise-aware
+    intervals, and the median of its largest error over the coordinates."""
     # the fit's last release is whitened (every direction in posterior sds) and clipped near
     # WHITENED_TAIL x the rms whitened norm sqrt(d / n): 2 s_w c posterior sds per coordinate,
     # whatever the covariates' scale or correlations
@@ -313,141 +384,149 @@ def plan(
     lap_err = 2.0 * s_w * WHITENED_TAIL * math.sqrt(dim / n)
     lap_sd = math.sqrt(1.0 + lap_err**2)
     lap_largest = lap_err * _median_largest(dim)
+    return lap_err, lap_sd, lap_largest
 
+
+def _penalty_mixing(mu: float, ratio: np.ndarray, run: _Run) -> tuple[float, float, float]:
+    """The zero-tuning DPPenalty's noise multiplier, step (posterior sds) and ESS (all chains)."""
     mu_s = 0.5 * mu  # zero-tuning steps spend half on the warm start
-    k = chains * (tune + draws)
+    k = run.chains * (run.tune + run.draws)
     s = math.sqrt(k / (2.0 * mu_s))
     step_sd = float(np.median(_SIGMA * ratio / (2.0 * s)))
-    ess = float(np.min(chains * draws * 0.18 * ratio**2 / (dim * s**2)))
+    ess = float(np.min(run.chains * run.draws * 0.18 * ratio**2 / (run.dim * s**2)))
+    return s, step_sd, ess
 
-    # "usable": every mean within 0.5 posterior sd and every sd within [0.67, 1.5] x; with d
-    # coordinates of error sd e the first holds with probability (2 Phi(0.5 / e) - 1)^d
-    e_max = _largest_error(dim)
-    laplace_ok = lap_err <= e_max and lap_sd <= 1.5
-    mcmc_ok = ess >= ESS_FOR_MCMC
+
+def _recommend_split(run: _Run, fc: _Forecast) -> dict:
+    """The split of the budget and the run for the unanchored recommendation."""
     # the split: a DP chain's ESS is 0.36 r^2 mu_s draws / (d (tune + draws)) whatever the
     # number of chains, so tuning is kept to what dual averaging needs (~200 iterations)
-    if mcmc_ok:
-        short_tune = min(tune, max(MIN_TUNE, draws // 4))
-        split_ess = ess * (tune + draws) / (short_tune + draws)
-        split = dict(warm_start=0.5, tune=short_tune, draws=draws, chains=chains, ess=split_ess)
-    else:  # draws of the noise-aware fit: no tuning, every draw effective
-        split = dict(warm_start=1.0, tune=0, draws=draws, chains=chains, ess=chains * draws)
-    advice: list[str] = []
-    if mcmc_ok:
-        recommended = "DPPenalty"
-    elif laplace_ok:
-        recommended = "DPLaplace"
+    if fc.mcmc_ok:
+        short_tune = min(run.tune, max(MIN_TUNE, run.draws // 4))
+        split_ess = fc.ess * (run.tune + run.draws) / (short_tune + run.draws)
+        return dict(
+            warm_start=0.5, tune=short_tune, draws=run.draws, chains=run.chains, ess=split_ess
+        )
+    # draws of the noise-aware fit: no tuning, every draw effective
+    return dict(
+        warm_start=1.0, tune=0, draws=run.draws, chains=run.chains, ess=run.chains * run.draws
+    )
+
+
+def _unanchored_choice(run: _Run, fc: _Forecast) -> tuple[str, list[str]]:
+    """DPPenalty where its chain mixes, else DPLaplace, and what would make an infeasible run
+    feasible."""
+    if fc.mcmc_ok:
+        return "DPPenalty", []
+    if fc.laplace_ok:
+        return "DPLaplace", [
+            f"an unanchored chain would diffuse only ~{fc.ess:.2g} effective samples at this "
+            "budget (R-hat would not converge): sample the noise-aware Laplace fit "
+            "(pdp.DPLaplace) instead"
+        ]
+    need_n = run.n * (fc.lap_err / fc.e_max) ** 2
+    return "DPLaplace", [
+        f"even the best use of the budget (DPLaplace) misplaces the mode by ~{fc.lap_err:.2f} "
+        f"posterior sds per coordinate (every one of the {run.dim} within 0.5 sd needs "
+        f"<= {fc.e_max:.2f}): about {need_n:.3g} rows, or a {fc.lap_err / fc.e_max:.2g}x larger "
+        "epsilon (error ~ 1 / epsilon), would make it usable",
+        "for a conjugate exponential-family model, pdp.expfam releases the sufficient "
+        "statistics once; tighter public clip bounds (per-coordinate bounds of bounded "
+        "covariates: pdp.glm_clip) also reduce the noise",
+    ]
+
+
+def _weigh_anchored(
+    anchored: dict,
+    transformed: list[str],
+    recommended: str,
+    advice: list[str],
+    split: dict,
+    run: _Run,
+    fc: _Forecast,
+) -> tuple[str, list[str], dict]:
+    """The anchored chain against the recommendation so far: recommended, with its split, where
+    it is usable and closer than the private fit (or the fit is not usable); else advised on."""
+    if transformed:
         advice.append(
-            f"an unanchored chain would diffuse only ~{ess:.2g} effective samples at this budget "
-            "(R-hat would not converge): sample the noise-aware Laplace fit (pdp.DPLaplace) instead"
+            "hess_clip must bound every row's curvature in the unconstrained coordinates, and "
+            f"the likelihood reads transformed variables ({', '.join(transformed)}): a GLM "
+            "bound does not hold there, so the anchored chain is not recommended"
+        )
+    elif (
+        anchored["usable"]
+        and recommended != "DPSuffStats"
+        and (anchored["largest_error"] <= fc.lap_largest or not fc.laplace_ok)
+    ):
+        recommended = "DPPenalty(hess_clip)"
+        advice = [
+            f"an anchored chain (DPPenalty with hess_clip) is predicted to mix (ESS "
+            f"~{anchored['ess']:.3g}) and stay within ~{anchored['largest_error']:.2f} "
+            "posterior sds, closer than the private fit: sample it"
+        ]
+        split = dict(
+            warm_start=ANCHORED_WARM_START,
+            anchor=DEFAULT_ANCHOR_SHARE,
+            tune=run.tune,
+            draws=run.draws,
+            chains=run.chains,
+            ess=anchored["ess"],
+        )
+    elif anchored["usable"]:
+        advice.append(
+            f"an anchored chain (DPPenalty with hess_clip) would mix too (ESS "
+            f"~{anchored['ess']:.3g}, largest error ~{anchored['largest_error']:.2f} "
+            "posterior sds, above the recommended release's)"
         )
     else:
-        recommended = "DPLaplace"
-        need_n = n * (lap_err / e_max) ** 2
         advice.append(
-            f"even the best use of the budget (DPLaplace) misplaces the mode by ~{lap_err:.2f} "
-            f"posterior sds per coordinate (every one of the {dim} within 0.5 sd needs "
-            f"<= {e_max:.2f}): about {need_n:.3g} rows, or a {lap_err / e_max:.2g}x larger "
-            "epsilon (error ~ 1 / epsilon), would make it usable"
+            f"an anchored chain (hess_clip) would give only ~{anchored['ess']:.3g} effective "
+            f"samples at this budget (largest error ~{anchored['largest_error']:.2f} "
+            "posterior sds): its test noise grows with d^2 / (n epsilon)"
         )
-        advice.append(
-            "for a conjugate exponential-family model, pdp.expfam releases the sufficient "
-            "statistics once; tighter public clip bounds (per-coordinate bounds of bounded "
-            "covariates: pdp.glm_clip) also reduce the noise"
-        )
-    anchored = None
-    if hess_clip is not None:
-        anchored = _anchored_prediction(
-            n=n,
-            mu=mu,
-            posterior_sd=posterior_sd,
-            warm_error=lap_err,
-            hess_clip=hess_clip,
-            grad_clip=l2,
-            active=_likelihood_mask(model, graph),
-            chains=chains,
-            tune=tune,
-            draws=draws,
-            e_max=e_max,
-        )
-    suffstats_ok = (
-        suffstats is not None and max(suffstats["coef_error"], suffstats["sd_error"]) <= e_max
-    )
+    return recommended, advice, split
+
+
+def _clipped_plan(
+    run: _Run,
+    fc: _Forecast,
+    suffstats: dict | None,
+    anchored: dict | None,
+    transformed: list[str] | None,
+) -> Plan:
+    """The plan of a run with clip bounds: the recommended sampler, its split, the advice."""
+    split = _recommend_split(run, fc)
+    recommended, advice = _unanchored_choice(run, fc)
     # with a free noise sd DPLaplace's clipped score biases it (not in its error figure)
     if suffstats is not None and (
-        suffstats["sd_error"] > 0 or suffstats["largest_error"] <= lap_largest
+        suffstats["sd_error"] > 0 or suffstats["largest_error"] <= fc.lap_largest
     ):
         recommended = "DPSuffStats"
-        advice.insert(
-            0,
-            "the likelihood is Normal with a mean affine in its covariates: pdp.DPSuffStats "
-            "releases its sufficient statistics once (no clipping bias; the noise sd keeps its "
-            "true shape); give it outcome_bounds (the outcome's public range)",
-        )
+        advice.insert(0, _SUFFSTATS_ADVICE)
     if anchored is not None:
-        transformed = _transformed_reads(model, graph)
-        if transformed:
-            advice.append(
-                "hess_clip must bound every row's curvature in the unconstrained coordinates, and "
-                f"the likelihood reads transformed variables ({', '.join(transformed)}): a GLM "
-                "bound does not hold there, so the anchored chain is not recommended"
-            )
-        elif (
-            anchored["usable"]
-            and recommended != "DPSuffStats"
-            and (anchored["largest_error"] <= lap_largest or not laplace_ok)
-        ):
-            recommended = "DPPenalty(hess_clip)"
-            advice = [
-                f"an anchored chain (DPPenalty with hess_clip) is predicted to mix (ESS "
-                f"~{anchored['ess']:.3g}) and stay within ~{anchored['largest_error']:.2f} "
-                "posterior sds, closer than the private fit: sample it"
-            ]
-            split = dict(
-                warm_start=ANCHORED_WARM_START,
-                anchor=DEFAULT_ANCHOR_SHARE,
-                tune=tune,
-                draws=draws,
-                chains=chains,
-                ess=anchored["ess"],
-            )
-        elif anchored["usable"]:
-            advice.append(
-                f"an anchored chain (DPPenalty with hess_clip) would mix too (ESS "
-                f"~{anchored['ess']:.3g}, largest error ~{anchored['largest_error']:.2f} "
-                "posterior sds, above the recommended release's)"
-            )
-        else:
-            advice.append(
-                f"an anchored chain (hess_clip) would give only ~{anchored['ess']:.3g} effective "
-                f"samples at this budget (largest error ~{anchored['largest_error']:.2f} "
-                "posterior sds): its test noise grows with d^2 / (n epsilon)"
-            )
-    if not mcmc_ok and ess > 0 and recommended != "DPPenalty(hess_clip)":
-        advice.append(
-            f"MCMC (DPPenalty) predicted ESS {ess:.3g}: it grows with n and epsilon^2, not with "
-            "draws; one-coordinate (gwmh) proposals and per-coordinate clip bounds help most"
+        recommended, advice, split = _weigh_anchored(
+            anchored, transformed, recommended, advice, split, run, fc
         )
+    if not fc.mcmc_ok and fc.ess > 0 and recommended != "DPPenalty(hess_clip)":
+        advice.append(
+            f"MCMC (DPPenalty) predicted ESS {fc.ess:.3g}: it grows with n and epsilon^2, not "
+            "with draws; one-coordinate (gwmh) proposals and per-coordinate clip bounds help most"
+        )
+    suffstats_ok = suffstats is not None and _suffstats_usable(suffstats, fc.e_max)
+    anchored_ok = bool(anchored and anchored["usable"])
     return Plan(
-        n=n,
-        dim=dim,
-        epsilon=epsilon,
-        delta=delta,
-        chains=chains,
-        tune=tune,
-        draws=draws,
-        ratio=ratio,
-        posterior_sd=posterior_sd,
-        laplace_error_sd=lap_err,
-        laplace_sd_ratio=lap_sd,
-        laplace_largest_error=lap_largest,
-        penalty_noise_multiplier=s,
-        penalty_step_sd=step_sd,
+        **asdict(run),
+        ratio=fc.ratio,
+        posterior_sd=fc.posterior_sd,
+        laplace_error_sd=fc.lap_err,
+        laplace_sd_ratio=fc.lap_sd,
+        laplace_largest_error=fc.lap_largest,
+        penalty_noise_multiplier=fc.s,
+        penalty_step_sd=fc.step_sd,
         penalty_acceptance=_ACCEPT,
-        penalty_ess=ess,
+        penalty_ess=fc.ess,
         recommended=recommended,
-        feasible=mcmc_ok or laplace_ok or suffstats_ok or bool(anchored and anchored["usable"]),
+        feasible=fc.mcmc_ok or fc.laplace_ok or suffstats_ok or anchored_ok,
         advice=advice,
         split=split,
         suffstats=suffstats,
@@ -456,16 +535,13 @@ def plan(
 
 
 def _anchored_prediction(
+    run: _Run,
     *,
-    n: int,
     mu: float,
     posterior_sd: np.ndarray,
     warm_error: float,
     hess_clip: float,
     grad_clip: float,
-    chains: int,
-    tune: int,
-    draws: int,
     e_max: float,
     active: np.ndarray | None = None,
 ) -> dict:
@@ -473,7 +549,7 @@ def _anchored_prediction(
     (module docstring; DPHMC's trajectories are not modelled). Public inputs only; the
     chain is a seeded simulation (:mod:`pymc_dp.mixing`), not noise."""
     chain_share = 1.0 - ANCHORED_WARM_START - DEFAULT_ANCHOR_SHARE
-    s = math.sqrt(chains * (tune + draws) / (2.0 * chain_share * mu))
+    s = math.sqrt(run.chains * (run.tune + run.draws) / (2.0 * chain_share * mu))
     # the warm start at its share misplaces the anchor by warm_error / sqrt(share) sds per
     # coordinate (its error scales as 1 / sqrt(mu))
     offset_sd = warm_error / math.sqrt(ANCHORED_WARM_START)
@@ -486,9 +562,9 @@ def _anchored_prediction(
         hess_clip,
         posterior_sd,
         offset_sd,
-        chains,
-        tune,
-        draws,
+        run.chains,
+        run.tune,
+        run.draws,
         tilt_sd=posterior_sd * noise_sd,
     )
     ess = mix["ess"]
@@ -528,16 +604,16 @@ def _likelihood_mask(model: Model, graph) -> np.ndarray:
     )
 
 
-def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> Plan:
+def _suffstats_usable(suffstats: dict, e_max: float) -> bool:
+    """Whether DPSuffStats' coefficients and noise sd land within a usable posterior's error."""
+    return max(suffstats["coef_error"], suffstats["sd_error"]) <= e_max
+
+
+def _suffstats_plan(run: _Run, suffstats: dict) -> Plan:
     """A linear-Gaussian model planned without clip bounds: DPSuffStats needs none."""
-    nan = np.full(dim, np.nan)
-    e_max = _largest_error(dim)
-    ok = max(suffstats["coef_error"], suffstats["sd_error"]) <= e_max
-    advice = [
-        "the likelihood is Normal with a mean affine in its covariates: pdp.DPSuffStats "
-        "releases its sufficient statistics once (no clipping bias; the noise sd keeps its "
-        "true shape); give it outcome_bounds (the outcome's public range)"
-    ]
+    nan = np.full(run.dim, np.nan)
+    ok = _suffstats_usable(suffstats, _largest_error(run.dim))
+    advice = [_SUFFSTATS_ADVICE]
     if not ok:
         advice.append(
             f"its noise moves the coefficients by ~{suffstats['coef_error']:.2f} and the noise "
@@ -546,13 +622,7 @@ def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> P
             "tighter public outcome range also help"
         )
     return Plan(
-        n=n,
-        dim=dim,
-        epsilon=epsilon,
-        delta=delta,
-        chains=chains,
-        tune=tune,
-        draws=draws,
+        **asdict(run),
         ratio=nan,
         posterior_sd=nan,
         laplace_error_sd=np.nan,
@@ -565,7 +635,7 @@ def _suffstats_plan(n, dim, epsilon, delta, chains, tune, draws, suffstats) -> P
         recommended="DPSuffStats",
         feasible=ok,
         advice=advice,
-        split=dict(warm_start=1.0, tune=0, draws=draws, chains=chains, ess=np.nan),
+        split=dict(warm_start=1.0, tune=0, draws=run.draws, chains=run.chains, ess=np.nan),
         suffstats=suffstats,
     )
 

@@ -76,6 +76,7 @@ randhie 23, fair 10.2 at epsilon 4. The README's table measures the draws' mean 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -421,20 +422,79 @@ def warm_start(
         ) from None
 
 
+@dataclass(frozen=True)
+class _Releases:
+    """What every step's releases share (the checked arguments of :func:`warm_start`): the
+    kernels, the public bounds, the likelihood power ``temp`` and the secret noise."""
+
+    likelihood: PerRowLikelihood
+    noise: NoiseSource
+    b_raw: float
+    temp: float
+    whitened: Callable
+    curv_kernel: Callable
+    curv_bound: float
+    curv_sens: float
+
+    @classmethod
+    def of(cls, likelihood, b_raw, hess_clip, noise, temp) -> _Releases:
+        observed = hess_clip is not None
+        whitened = likelihood.whitened_kernel()
+        return cls(
+            likelihood=likelihood,
+            noise=noise,
+            b_raw=b_raw,
+            temp=temp,
+            whitened=whitened,
+            curv_kernel=likelihood.curvature_kernel(observed=observed),
+            # per-row curvature bound in raw coordinates; outer products are positive semidefinite
+            curv_bound=hess_clip if observed else b_raw**2,
+            curv_sens=2.0 if observed else np.sqrt(2.0),
+        )
+
+
+@dataclass(frozen=True)
+class _Curvature:
+    """One step's curvature release: ``released`` in the metric it was released in (the last
+    step's), ``nu`` the spectral norm of its noise, ``unwhiten`` that metric's inverse
+    whitening, and in raw coordinates ``floored`` (eigenvalues below ``nu`` raised to it: the
+    step's) and ``known`` (the information the noise could have faked removed: the spread's)."""
+
+    released: np.ndarray
+    nu: float
+    unwhiten: np.ndarray
+    floored: np.ndarray
+    known: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Gradient:
+    """One step's whitened gradient release: the noisy clipped sum ``s``, the prior's gradient
+    (public), the clip ``c``, the bound ``bias`` on what clipping removes, and ``per_unit``, the
+    noise sd per coordinate of a release clipped at 1."""
+
+    s: np.ndarray
+    prior_grad: np.ndarray
+    per_unit: float
+    c: float
+    bias: float
+
+    @property
+    def kappa(self) -> float:
+        """The noise variance per coordinate of ``s`` (posterior sds squared)."""
+        return (self.per_unit * self.c) ** 2
+
+    def derivative_sd(self, w: np.ndarray, seg: np.ndarray) -> float:
+        """Noise sd of the released derivative along ``seg`` (raw): z's is per_unit c."""
+        return self.per_unit * self.c * float(np.linalg.norm(np.linalg.solve(w.T, seg)))
+
+
 def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmStart:
     """The releases and Newton steps of :func:`warm_start` (its arguments, checked)."""
-    dim, n = likelihood.dim, likelihood.n_rows
+    rel = _Releases.of(likelihood, b_raw, hess_clip, noise, temp)
     release = iter(entries)
-    whitened = likelihood.whitened_kernel()
-    curv_kernel = likelihood.curvature_kernel(observed=hess_clip is not None)
-    # per-row curvature bound in raw coordinates; outer products are positive semidefinite
-    curv_bound = hess_clip if hess_clip is not None else b_raw**2
-    curv_sens = 2.0 if hess_clip is not None else np.sqrt(2.0)
-    rows, cols = np.triu_indices(dim)
-    weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
     errors: dict = {}
-    curvature = known = None
-    w = np.eye(dim)  # the metric of the next curvature release: raw at first
+    w = np.eye(likelihood.dim)  # the metric of the next curvature release: raw at first
     targets: list = []
     walk = None
     last_t = -1
@@ -445,129 +505,188 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     segment = None  # a retreat in this step: (start, step, derivative along it there, share)
     line = None  # the segment a retreat bracketed the root in (:class:`_Line`)
     for t in range(steps):
+        last = t == steps - 1
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
-        # the curvature in the current metric, clipped at a private quantile of its norms
-        scale = np.linalg.norm(w, 2) ** 2
-        top = curv_bound * scale
-        lo = min(0.25 * dim / n, 0.5 * top) if t else top * 1e-4
-        edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
-        _, counts, _ = curv_kernel(q, w, np.asarray(top), edges)
-        counts = noise.gaussian(counts, np.sqrt(2.0), m_cnorms.noise_multiplier)
-        per_unit = noise.gaussian_std(curv_sens * temp, m_curv.noise_multiplier, rows.size)
-        # the noise's spectral norm is ~ sqrt(2 d) x its std: an objective in those units
-        # no pooling: an isolated bump of rows far above the bulk (a rare subgroup that carries
-        # one direction's information) would be averaged away, the clip would cut it, and the
-        # step along that direction overshoot (found in review: a flag in 0.5% of rows)
-        c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False)
-        total, _, _ = curv_kernel(q, w, np.asarray(c_h), edges[:1])
-        tri = noise.gaussian(
-            temp * total[rows, cols] * weights, curv_sens * temp * c_h, m_curv.noise_multiplier
-        )
-        tau = noise.gaussian_std(curv_sens * temp * c_h, m_curv.noise_multiplier, tri.size)
-        nu = np.sqrt(2.0 * dim) * tau  # spectral norm of the symmetric noise
-        released = _unpack(tri, dim, True)
-        inner = _positive_definite(released, nu)
-        chol_prev = np.linalg.inv(w)
-        curvature = chol_prev @ inner @ chol_prev.T
-        # for the spread: the information the noise could have faked removed, so a direction
-        # the data barely inform keeps the prior's width (the floor is for steps, not widths)
-        known = chol_prev @ _shrink(released, nu) @ chol_prev.T
+        cur = _release_curvature(rel, q, w, t, m_cnorms, m_curv)
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
         if hess_clip is not None and came is not None and last_t == t - 1 and not retreats:
-            # the curvature along the step just taken, against the one it was taken under
-            q_from, step, m_from, d_from = came
-            raw = chol_prev @ (0.5 * (released + released.T)) @ chol_prev.T
-            back = _retreat(step, m_from, raw + prec, nu)
+            back = _overshoot(came, cur, prec)
             if back < 1.0:
+                q_from, step, m_from, d_from = came
                 q = q_from + back * step
                 prec = _prior_precision(likelihood, q)
                 retreats += 1
                 segment = (q_from, step, d_from, back, m_from)
-                if t == steps - 1:
-                    # no step is left to find the mode between where the step began and where
-                    # it overshot: all of the segment to the farther end goes into the spread
-                    lost = (
-                        max(back, 1.0 - back) * float(np.sqrt(step @ m_from @ step)),
-                        np.linalg.inv(_positive_definite(m_from, 1e-12)),
-                    )
+                if last:
+                    lost = _lost_in_retreat(step, m_from, back)
                 if prec is None:
                     continue
-        m = 0.5 * (curvature + curvature.T) + prec
+        m = 0.5 * (cur.floored + cur.floored.T) + prec
         w = _whitening(m)  # M^{-1} = W^T W
-        # the whitened norms' bound where grad_clip bounds the raw ones (a GLM inside its public
-        # bounds); rows above it land in the last bin, open above
-        top = b_raw * np.linalg.norm(w, 2)
-        typical = np.sqrt(dim / n)  # rms whitened norm where M matches the information
-        lo = min(0.25 * typical, 0.5 * top)
-        edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
-        _, counts, _ = whitened(q, w, np.asarray(top), edges)
-        counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
-        per_unit = noise.gaussian_std(2.0 * temp, m_grad.noise_multiplier, dim)
-        c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
-        c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
-        s_sum, _, prior_grad = whitened(q, w, np.asarray(c), edges[:1])
-        s = noise.gaussian(temp * s_sum, 2.0 * temp * c, m_grad.noise_multiplier)
-        if not np.all(np.isfinite(prior_grad)):
+        g = _release_gradient(rel, q, w, m_norms, m_grad)
+        if not np.all(np.isfinite(g.prior_grad)):
             continue
-        z = s + w @ prior_grad  # the posterior's gradient, whitened: a Newton step is W^T z
-        if t == steps - 1:
-            # the curvature's noise, in this step's metric, relative to the identity
-            eps_m = min(1.0, nu * np.linalg.norm(w @ chol_prev, 2) ** 2)
+        z = g.s + w @ g.prior_grad  # the posterior's gradient, whitened: a Newton step is W^T z
+        if last:
             r = float(np.linalg.norm(z))
-            kappa = (per_unit * c) ** 2
-            walk = _walk_remaining(
-                w.T @ z,
-                # the step before, if the last step came right after it (a skipped step would
-                # make it span two and understate the ratio)
-                q - targets[-1][0] if targets and last_t == t - 1 else None,
-                m,
-                r,
-                np.sqrt(kappa * dim),
-            )
-            errors = {
-                "noise": float(np.sqrt(kappa)),
-                "bias": float(temp * bias),
-                "curvature": float(eps_m),
-                "linearisation": float(eps_m * r),
-                "clip": float(c),
-                "retreats": float(retreats),
-            }
+            # the step before, if the last step came right after it (a skipped step would make
+            # it span two and understate the ratio)
+            previous = q - targets[-1][0] if targets and last_t == t - 1 else None
+            walk, errors = _last_step_errors(rel, g, z, r, w, m, cur, previous, retreats)
         grad = np.linalg.solve(w, z)  # the posterior's gradient, raw coordinates
-        targets.append((q.copy(), grad, (per_unit * c) ** 2))
+        targets.append((q.copy(), grad, g.kappa))
         last_t = t
         step = w.T @ z
-        if segment is not None:
-            q_from, seg, d_from, back, m_seg = segment
+        if segment is not None:  # (a walk retreats once: no bracket before this one)
+            line = _bracket_line(segment, grad, g, w)
             segment = None
-            # noise sd of the released derivative along the segment: z's is per_unit c
-            d_sd = per_unit * c * float(np.linalg.norm(np.linalg.solve(w.T, seg)))
-            d_to = float(seg @ grad)
-            if d_from > 0.0 and d_to < -2.0 * d_sd:
-                line = _Line(q_from, seg, 0.0, d_from, float(seg @ m_seg @ seg), back, d_to)
         if line is not None:
-            d_sd = per_unit * c * float(np.linalg.norm(np.linalg.solve(w.T, line.seg)))
-            guarded = line.guard(q, grad, step, m, d_sd)
+            guarded = line.guard(q, grad, step, m, g.derivative_sd(w, line.seg))
             if guarded is not None:
                 step = guarded
-                if t == steps - 1:
+                if last:
                     bracket = line.width() * line.seg
                     walk = None
         step = _backtrack(likelihood, q, step)
-        if retreats and t == steps - 1:
-            # after a retreat the curvature is known to change fast along the walk: a last step
-            # longer than its noise (a walk that has not arrived) is off by a share of its
-            # length that only a further release could tell; one within it corrects noise
-            signal = np.sqrt(max(r**2 - (LAST_STEP_NOISE * np.sqrt(kappa * dim)) ** 2, 0.0))
-            if signal > 0.0:
-                errors["step_left"] = signal / r * step
+        if retreats and last:
+            step_left = _step_left(r, g.kappa, likelihood.dim, step)
+            if step_left is not None:
+                errors["step_left"] = step_left
         came = (q.copy(), step, m, float(step @ grad))
         q = q + step
+    q, prec, errors = _settle(likelihood, q, cur.floored, targets, errors, bracket is None)
+    return _noise_aware_fit(q, prec, cur, errors, walk, lost, bracket, entries, likelihood.dim)
+
+
+def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curvature:
+    """The curvature in the current metric ``w``, clipped at a private quantile of its norms
+    (a released histogram of them, :func:`choose_clip`), released and mapped back."""
+    dim, n, noise, temp = rel.likelihood.dim, rel.likelihood.n_rows, rel.noise, rel.temp
+    rows, cols = np.triu_indices(dim)
+    weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
+    scale = np.linalg.norm(w, 2) ** 2
+    top = rel.curv_bound * scale
+    lo = min(0.25 * dim / n, 0.5 * top) if t else top * 1e-4
+    edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
+    _, counts, _ = rel.curv_kernel(q, w, np.asarray(top), edges)
+    counts = noise.gaussian(counts, np.sqrt(2.0), m_cnorms.noise_multiplier)
+    per_unit = noise.gaussian_std(rel.curv_sens * temp, m_curv.noise_multiplier, rows.size)
+    # the noise's spectral norm is ~ sqrt(2 d) x its std: an objective in those units
+    # no pooling: an isolated bump of rows far above the bulk (a rare subgroup that carries
+    # one direction's information) would be averaged away, the clip would cut it, and the
+    # step along that direction overshoot (found in review: a flag in 0.5% of rows)
+    c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False)
+    total, _, _ = rel.curv_kernel(q, w, np.asarray(c_h), edges[:1])
+    tri = noise.gaussian(
+        temp * total[rows, cols] * weights, rel.curv_sens * temp * c_h, m_curv.noise_multiplier
+    )
+    tau = noise.gaussian_std(rel.curv_sens * temp * c_h, m_curv.noise_multiplier, tri.size)
+    nu = np.sqrt(2.0 * dim) * tau  # spectral norm of the symmetric noise
+    released = _unpack(tri, dim, True)
+    inner = _positive_definite(released, nu)
+    chol_prev = np.linalg.inv(w)
+    # for the spread: the information the noise could have faked removed, so a direction
+    # the data barely inform keeps the prior's width (the floor is for steps, not widths)
+    return _Curvature(
+        released=released,
+        nu=nu,
+        unwhiten=chol_prev,
+        floored=chol_prev @ inner @ chol_prev.T,
+        known=chol_prev @ _shrink(released, nu) @ chol_prev.T,
+    )
+
+
+def _overshoot(came, cur: _Curvature, prec: np.ndarray) -> float:
+    """Share of the step just taken to keep (:func:`_retreat`): the curvature along it, released
+    at its end, against the one it was taken under."""
+    _, step, m_from, _ = came
+    raw = cur.unwhiten @ (0.5 * (cur.released + cur.released.T)) @ cur.unwhiten.T
+    return _retreat(step, m_from, raw + prec, cur.nu)
+
+
+def _lost_in_retreat(step, m_from, back: float) -> tuple[float, np.ndarray]:
+    """A retreat at the last step: the spread it leaves (length in posterior sds, their metric).
+
+    No step is left to find the mode between where the step began and where it overshot: all
+    of the segment to the farther end goes into the spread."""
+    return (
+        max(back, 1.0 - back) * float(np.sqrt(step @ m_from @ step)),
+        np.linalg.inv(_positive_definite(m_from, 1e-12)),
+    )
+
+
+def _release_gradient(rel: _Releases, q, w, m_norms, m_grad) -> _Gradient:
+    """The per-row gradients in the metric ``w`` (every direction in posterior sds), clipped at
+    ``c`` chosen from a released histogram of their norms, summed and released."""
+    dim, n, noise, temp = rel.likelihood.dim, rel.likelihood.n_rows, rel.noise, rel.temp
+    # the whitened norms' bound where grad_clip bounds the raw ones (a GLM inside its public
+    # bounds); rows above it land in the last bin, open above
+    top = rel.b_raw * np.linalg.norm(w, 2)
+    typical = np.sqrt(dim / n)  # rms whitened norm where M matches the information
+    lo = min(0.25 * typical, 0.5 * top)
+    edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
+    _, counts, _ = rel.whitened(q, w, np.asarray(top), edges)
+    counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
+    per_unit = noise.gaussian_std(2.0 * temp, m_grad.noise_multiplier, dim)
+    c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
+    c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
+    s_sum, _, prior_grad = rel.whitened(q, w, np.asarray(c), edges[:1])
+    s = noise.gaussian(temp * s_sum, 2.0 * temp * c, m_grad.noise_multiplier)
+    return _Gradient(s=s, prior_grad=prior_grad, per_unit=per_unit, c=c, bias=bias)
+
+
+def _last_step_errors(
+    rel: _Releases, g: _Gradient, z, r, w, m, cur: _Curvature, previous, retreats
+):
+    """The distance a walk still moving has left (:func:`_walk_remaining`) and the last step's
+    error figures, in posterior sds of its metric (:class:`WarmStart`'s ``errors``); ``z`` the
+    whitened step, ``r`` its length."""
+    # the curvature's noise, in this step's metric, relative to the identity
+    eps_m = min(1.0, cur.nu * np.linalg.norm(w @ cur.unwhiten, 2) ** 2)
+    kappa = g.kappa
+    walk = _walk_remaining(w.T @ z, previous, m, r, np.sqrt(kappa * rel.likelihood.dim))
+    errors = {
+        "noise": float(np.sqrt(kappa)),
+        "bias": float(rel.temp * g.bias),
+        "curvature": float(eps_m),
+        "linearisation": float(eps_m * r),
+        "clip": float(g.c),
+        "retreats": float(retreats),
+    }
+    return walk, errors
+
+
+def _step_left(r: float, kappa: float, dim: int, step) -> np.ndarray | None:
+    """After a retreat, the part of the last step (whitened length ``r``, noise variance
+    ``kappa`` per coordinate) a walk that has not arrived may be off by, or None."""
+    # after a retreat the curvature is known to change fast along the walk: a last step
+    # longer than its noise (a walk that has not arrived) is off by a share of its
+    # length that only a further release could tell; one within it corrects noise
+    signal = np.sqrt(max(r**2 - (LAST_STEP_NOISE * np.sqrt(kappa * dim)) ** 2, 0.0))
+    return signal / r * step if signal > 0.0 else None
+
+
+def _bracket_line(segment, grad, g: _Gradient, w) -> _Line | None:
+    """The retreat's segment as a bracket of the mode (:class:`_Line`), if the derivative
+    released past the retreat points back along it beyond its noise."""
+    q_from, seg, d_from, back, m_seg = segment
+    # noise sd of the released derivative along the segment: z's is per_unit c
+    d_sd = g.derivative_sd(w, seg)
+    d_to = float(seg @ grad)
+    if d_from > 0.0 and d_to < -2.0 * d_sd:
+        return _Line(q_from, seg, 0.0, d_from, float(seg @ m_seg @ seg), back, d_to)
+    return None
+
+
+def _settle(likelihood, q, curvature, targets, errors, unbracketed: bool):
+    """The fit's mean (the last two Newton targets averaged where they agree, :func:`_combine`),
+    the prior's precision there and the errors; :class:`WarmStartError` without a finite fit."""
     prec = _prior_precision(likelihood, q)
-    if errors and prec is not None and len(targets) > 1 and bracket is None:
+    if errors and prec is not None and len(targets) > 1 and unbracketed:
         # (not when the bracket stopped the last step short of Newton's targets)
-        q, errors = _combine(targets, curvature + prec, q, errors, dim)
+        q, errors = _combine(targets, curvature + prec, q, errors, likelihood.dim)
         prec = _prior_precision(likelihood, q)
     if not errors or prec is None or not _finite_fit(likelihood, q, curvature + prec):
         raise WarmStartError(
@@ -577,9 +696,17 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
             "scale). Use a weakly informative prior or a public initval on the data's scale, "
             "and build a new step."
         )
-    metric = np.linalg.inv(_positive_definite(curvature + prec, 1e-12))
+    return q, prec, errors
+
+
+def _noise_aware_fit(
+    q, prec, cur: _Curvature, errors, walk, lost, bracket, entries, dim: int
+) -> WarmStart:
+    """The fit at ``q``: the Laplace covariance and, in the metric's posterior sds, every error
+    the walk can bound (module docstring)."""
+    metric = np.linalg.inv(_positive_definite(cur.floored + prec, 1e-12))
     metric = 0.5 * (metric + metric.T)
-    cov = np.linalg.inv(_positive_definite(known + prec, 1e-12))
+    cov = np.linalg.inv(_positive_definite(cur.known + prec, 1e-12))
     # in the metric's posterior sds: the noise's; a clipping bias of norm b, whose direction is
     # unknown but tends to line up with the distance left, SPREAD b^2; the linearisation error
     # E z of a symmetric curvature noise E (spectral norm nu, entries ~ nu / sqrt(2 d)),
