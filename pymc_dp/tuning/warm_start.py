@@ -85,6 +85,7 @@ from scipy.optimize import brentq
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
+from pymc_dp.mechanisms import clipped_sum_sensitivity
 from pymc_dp.noise import NoiseSource
 
 __all__ = ["WarmStart", "WarmStartError", "choose_clip", "warm_start", "warm_start_mechanisms"]
@@ -629,11 +630,11 @@ def _release_gradient(rel: _Releases, q, w, m_norms, m_grad) -> _Gradient:
     edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
     _, counts, _ = rel.whitened(q, w, np.asarray(top), edges)
     counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
-    per_unit = noise.gaussian_std(2.0 * temp, m_grad.noise_multiplier, dim)
+    per_unit = noise.gaussian_std(clipped_sum_sensitivity(1.0, temp), m_grad.noise_multiplier, dim)
     c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
     c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
     s_sum, _, prior_grad = rel.whitened(q, w, np.asarray(c), edges[:1])
-    s = noise.gaussian(temp * s_sum, 2.0 * temp * c, m_grad.noise_multiplier)
+    s = noise.gaussian(temp * s_sum, clipped_sum_sensitivity(c, temp), m_grad.noise_multiplier)
     return _Gradient(s=s, prior_grad=prior_grad, per_unit=per_unit, c=c, bias=bias)
 
 
