@@ -78,13 +78,12 @@ from pymc.model import Model, modelcontext
 from pymc.pytensorf import join_nonshared_inputs
 from scipy.special import ndtr, ndtri
 
-from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
+from pymc_dp.budget import Budget
 from pymc_dp.checks import check_count, check_epsilon, check_positive
 from pymc_dp.graph import analyse
 from pymc_dp.kernel_rewrites import hessian_fn
 from pymc_dp.mixing import simulate_anchored_chain
 from pymc_dp.step_methods.anchoring import ANCHORED_WARM_START, DEFAULT_ANCHOR_SHARE
-from pymc_dp.step_methods.base import default_delta
 from pymc_dp.tuning.warm_start import LAST_SHARE
 
 __all__ = ["Plan", "plan"]
@@ -291,10 +290,12 @@ def plan(
     # the steps' checks: a prior that reads private data must not feed the predictions
     graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
     n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
-    delta = default_delta(n) if delta is None else float(delta)
+    # the budget the steps would hold (default delta, checks), and its Gaussian privacy loss
+    budget = Budget.of(n, epsilon=epsilon, delta=delta, chains=chains)
+    delta = budget.delta
     q0 = _initial_q(model)
     run = _Run(n, int(q0.size), epsilon, delta, chains, tune, draws)
-    mu = gaussian_mu_for_budget(epsilon, delta)
+    mu = budget.mu(what="The plan")
     if hess_clip is not None:
         hess_clip = check_positive(hess_clip, "hess_clip")
     suffstats = _suffstats_prediction(graph, n, mu, outcome_bounds, residual_sd)

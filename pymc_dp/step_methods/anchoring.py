@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.anchor import (
     ANCHOR_NAME,
@@ -154,9 +153,7 @@ class AnchoredStep:
         block = np.ix_(active, active)
         # E|shift| = sqrt(2 / pi) x its sd
         tilt = tilt_sds(self.anchor, np.diag(self._posterior_sds() ** 2), self.tempering, active)
-        chain_mu = (1.0 - self.warm_start_share - self.anchor_share) * gaussian_mu_for_budget(
-            self.epsilon, self.delta
-        )
+        chain_mu = self.budget.mu(1.0 - self.warm_start_share - self.anchor_share)
         s = self.tempering * np.sqrt(chains * (tune + draws) / (2.0 * chain_mu))
         return simulate_anchored_chain(
             s,
@@ -185,7 +182,7 @@ class AnchoredStep:
         return np.sqrt(np.diag(self.warm.cov))
 
     def _anchor_mu(self) -> float:
-        return self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
+        return self.budget.mu(self.anchor_share, what="`anchor`")
 
     def _release_anchor(self) -> None:
         """Release the gradient sum at the warm start's mean, once for every chain."""

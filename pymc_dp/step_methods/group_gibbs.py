@@ -54,7 +54,6 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor
 from pytensor.tensor.variable import TensorConstant
 
-from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.anchor import ANCHOR_NAME, release_anchor
 from pymc_dp.boundary import guarded
@@ -365,7 +364,7 @@ class DPGroupGibbs(DPStep):
         """The anchor's release (once per run), then the sweep that tests against it."""
         eff, warm = self._effects, self.warm
         noise = self.budget.noise(GROUP_ANCHOR_STREAM)
-        mu = self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
+        mu = self.budget.mu(self.anchor_share, what="`anchor`")
         self.anchor, ratio = release_anchor(
             eff,
             warm.mean,
@@ -450,7 +449,7 @@ class DPGroupGibbs(DPStep):
         anchor = getattr(self, "anchor", None)
         if anchor is not None:
             return super()._shared_entries() + anchor.mechanisms
-        mu = self.anchor_share * gaussian_mu_for_budget(self.epsilon, self.delta)
+        mu = self.budget.mu(self.anchor_share, what="`anchor`")
         return super()._shared_entries() + (GaussianMechanism(ANCHOR_NAME, 1 / np.sqrt(2 * mu), 1),)
 
     def _adaptation(self) -> str:

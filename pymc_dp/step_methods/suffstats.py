@@ -22,7 +22,6 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
-from pymc_dp.accounting.gaussian import gaussian_mu_for_budget
 from pymc_dp.budget import WARM_START_STREAM
 from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
@@ -152,7 +151,7 @@ class DPSuffStats(DPStep):
                 f"DPSuffStats: {err}. Use DPLaplace (any GLM) or an MCMC step instead."
             ) from None
         x_bounds, y_bounds = bounds_for(self.linear, outcome_bounds, covariate_bounds)
-        mu = gaussian_mu_for_budget(self.epsilon, self.delta)
+        mu = self.budget.mu(what=type(self).__name__)
         noise = self.budget.noise(WARM_START_STREAM)
         # a column with lo == hi is a public constant (an intercept column): not released, its
         # coefficient folds into the intercept (a duplicate of the Gram's own 1 would be singular)
