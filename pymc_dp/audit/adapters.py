@@ -177,10 +177,19 @@ class _StepRelease:
 
     #: Names of the compiled kernels (instance attributes of the step) that may be memoised.
     kernels: tuple[str, ...] = ()
+    #: The adapter's name and the steps it audits: ``(module, class)`` (imported when used:
+    #: the audit's core imports no step) and their names in the error.
+    adapter: str
+    audited: tuple[str, str, str]
 
     def __init__(self, step0: Any, step1: Any, plan: Any, cache_kernels: bool) -> None:
+        import importlib
+
         from pymc_dp.step_methods.base import DPStep
 
+        module, cls, names = self.audited
+        if not isinstance(step0, getattr(importlib.import_module(module), cls)):
+            raise TypeError(f"{self.adapter} audits {names}, got {type(step0).__name__}")
         for step, name in ((step0, "step0"), (step1, "step1")):
             if not isinstance(step, DPStep):
                 raise TypeError(f"`{name}` must be a DP step, got {type(step).__name__}")
@@ -229,15 +238,14 @@ class _StepRelease:
 
 class _PenaltyRelease(_StepRelease):
     kernels = ("_kernel",)
+    adapter = "penalty_release"
+    audited = (
+        "pymc_dp.step_methods.penalty",
+        "PenaltyMetropolis",
+        "DPPenalty or DPMinibatchPenalty",
+    )
 
     def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
-        from pymc_dp.step_methods.penalty import PenaltyMetropolis
-
-        if not isinstance(step0, PenaltyMetropolis):
-            raise TypeError(
-                "penalty_release audits DPPenalty or DPMinibatchPenalty, got "
-                f"{type(step0).__name__}"
-            )
         super().__init__(step0, step1, plan, cache_kernels)
         self.q = _point(step0, q, "q")
         self.q_new = _point(step0, q_new, "q_new")
@@ -311,12 +319,10 @@ def penalty_release(
 
 class _GradientRelease(_StepRelease):
     kernels = ("_grad",)
+    adapter = "gradient_release"
+    audited = ("pymc_dp.step_methods.hmc", "DPHMC", "DPHMC")
 
     def __init__(self, step0, step1, q, direction, plan, cache_kernels) -> None:
-        from pymc_dp.step_methods.hmc import DPHMC
-
-        if not isinstance(step0, DPHMC):
-            raise TypeError(f"gradient_release audits DPHMC, got {type(step0).__name__}")
         super().__init__(step0, step1, plan, cache_kernels)
         self.q = _point(step0, q, "q")
         if direction is None:
@@ -400,12 +406,10 @@ class _FixedProposal:
 
 class _BarkerIteration(_StepRelease):
     kernels = ("_kernel",)
+    adapter = "barker_iteration"
+    audited = ("pymc_dp.step_methods.barker", "DPBarker", "DPBarker")
 
     def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
-        from pymc_dp.step_methods.barker import DPBarker
-
-        if not isinstance(step0, DPBarker):
-            raise TypeError(f"barker_iteration audits DPBarker, got {type(step0).__name__}")
         super().__init__(step0, step1, plan, cache_kernels)
         self.q = _point(step0, q, "q")
         self.q_new = _point(step0, q_new, "q_new")
