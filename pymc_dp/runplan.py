@@ -70,9 +70,9 @@ def run_ledger(
     )
 
 
-def run_epsilon(*args: Any) -> float:
+def run_epsilon(*args: Any, **kwargs: Any) -> float:
     """Epsilon (at ``delta``) of the run :func:`run_ledger` describes (its arguments)."""
-    return run_ledger(*args).epsilon
+    return run_ledger(*args, **kwargs).epsilon
 
 
 def _gaussian_mu_per_iteration(mechanisms: Sequence[Mechanism], scale: float) -> float:

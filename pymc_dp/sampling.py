@@ -98,8 +98,9 @@ def sanitize(
         deterministics read the data.
     step : DPStep, optional
         The DP step that produced it: its own declared stats are kept. Without it, stats are kept
-        only if the run was made by a DP step (it emits ``dp_epsilon``), and only those that some
-        DP step declares privatised.
+        only if the run was made by a DP step (it emits ``dp_epsilon``), and only those that a
+        registered DP step (:mod:`pymc_dp.step_methods.registry`) declares privatised: a step of
+        your own that is not registered keeps its stats only with ``step=``.
     """
     graph = _graph_of(model, step)
     model = graph.model

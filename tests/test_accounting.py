@@ -738,3 +738,14 @@ def test_calibration_refuses_a_budget_no_noise_level_fits(monkeypatch):
     with pytest.raises(runplan.PrivacyBudgetError, match="No noise level"):
         runplan._calibrate((_NotGaussian(),), 1.0, 1e-6, 100, 2)
     runplan._calibrate.cache_clear()
+
+
+def test_run_epsilon_takes_run_ledgers_arguments_by_name_too():
+    """Review: a one-signature refactor made ``run_epsilon(..., delta=...)`` a TypeError."""
+    from pymc_dp import runplan
+    from pymc_dp.mechanisms import PenaltyTest
+
+    args = ((PenaltyTest(),), 5.0, 100, 2)
+    by_name = runplan.run_epsilon(*args, delta=1e-6)
+    assert by_name == runplan.run_epsilon(*args, 1e-6)
+    assert by_name == runplan.run_ledger(*args, delta=1e-6).epsilon > 0

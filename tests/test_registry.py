@@ -36,3 +36,9 @@ def test_registration_refuses_what_would_hide_a_step():
     with pytest.raises(TypeError, match="must be an Example"):
         register(Other, other={"llr_clip": 1.0})
     assert Other not in registered_steps()
+    # review: a second registration of a step replaced its examples (the contract then skipped
+    # them) and bypassed the name check
+    before = dict(contract_examples())
+    with pytest.raises(ValueError, match="DPPenalty is registered already"):
+        register(pdp.DPPenalty, hmc=Example({"llr_clip": 1.0}))
+    assert dict(contract_examples()) == before

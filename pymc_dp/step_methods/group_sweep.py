@@ -18,7 +18,7 @@ curvature bound ``w`` and covariate bounds ``c``, ``w |x'D| (|x'u| + |x'u'|) / 2
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,8 +82,9 @@ class GroupSweep:
     anchor: Anchor
     precision: np.ndarray  # the surrogate's (the warm start's noise-aware curvature)
     beta_prior: tuple[np.ndarray, np.ndarray]  # the coefficients' prior centre and scale
-    ratio: Any  # remainder kernel: (psi_new, psi, bound, rows) -> (clipped sum, clip fraction)
-    group_of_row: np.ndarray
+    # private: kept out of the repr (a printed sweep or a traceback with locals shows neither)
+    ratio: Any = field(repr=False)  # remainder kernel: (psi_new, psi, bound, rows) -> sums
+    group_of_row: np.ndarray = field(repr=False)
     hyper_moves: int
 
     def psi(self, q: np.ndarray) -> np.ndarray:

@@ -38,12 +38,15 @@ _STEPS: dict[type, dict[str, Example]] = {}
 
 
 def register(step: type, **examples: Example) -> type:
-    """Register ``step`` with its contract examples (at least one; names unique across steps)."""
+    """Register ``step``, once, with its contract examples (at least one; names unique across
+    steps)."""
     if not examples:
         raise ValueError(f"register({step.__name__}) needs at least one example")
+    if step in _STEPS:  # once: a second call would replace the examples the contract runs
+        raise ValueError(f"{step.__name__} is registered already")
     taken = {name for known in _STEPS.values() for name in known}
     clash = sorted(set(examples) & taken)
-    if clash and step not in _STEPS:
+    if clash:
         raise ValueError(f"example names already registered by another step: {clash}")
     for name, example in examples.items():
         if not isinstance(example, Example):
