@@ -729,6 +729,54 @@ def test_calibration_is_within_budget_and_tight(monkeypatch, name, spend, want):
         assert want <= scale <= want * (1 + 1e-4)
 
 
+@pytest.mark.parametrize(
+    "n, batch, iterations, chains, epsilon",
+    [(20190, 1000, 2, 1, 4.0), (20190, 1000, 2000, 1, 4.0), (5000, 50, 3000, 4, 1.0)],
+)
+def test_calibration_search_over_low_orders_changes_nothing(
+    monkeypatch, n, batch, iterations, chains, epsilon
+):
+    """The noise search converts RDP over orders <= 16 while the best order lies below 16
+    (0.02 s a curve against 0.2 s): the multiplier is the one of the search over every order,
+    to the bit, and the ledger's epsilon is within budget."""
+    import pymc_dp.runplan as runplan
+    from pymc_dp.mechanisms import SubsampledPenaltyTest
+
+    mechanisms = (SubsampledPenaltyTest(dataset_size=n, batch_size=batch),)
+    runplan._calibrate.cache_clear()
+    fast = runplan._calibrate(mechanisms, epsilon, 1e-6, iterations, chains)
+    monkeypatch.setattr(runplan, "_SEARCH_ORDER", np.inf)
+    runplan._calibrate.cache_clear()
+    full = runplan._calibrate(mechanisms, epsilon, 1e-6, iterations, chains)
+    runplan._calibrate.cache_clear()
+    assert fast == full
+    ledger = runplan.run_ledger(mechanisms, fast, iterations, chains, 1e-6)
+    assert ledger.regime == "rdp" and ledger.epsilon <= epsilon
+
+
+def test_epsilon_up_to_bounds_the_epsilon_and_equals_it_when_settled():
+    """Over fewer orders the conversion can only be looser; it is exact where its best order lies
+    below the largest order it saw (and it says whether it does)."""
+    from pymc_dp.accounting.ledger import PrivacyLedger, SubsampledGaussianMechanism
+
+    def ledger(s, count):
+        m = SubsampledGaussianMechanism("t", s, 20000, 500, count)
+        return PrivacyLedger(sampler="t", per_chain=(m,), chains=1, delta=1e-6)
+
+    settled_seen = unsettled_seen = False
+    for s, count in [(0.8, 10), (1.0, 2000), (3.0, 2000), (10.0, 5)]:
+        led = ledger(s, count)
+        for top in (5.0, 16.0, 63.0, np.inf):
+            eps, settled = led.epsilon_up_to(top)
+            assert eps >= led.epsilon
+            if settled:
+                settled_seen = True
+                assert eps == led.epsilon
+            else:
+                unsettled_seen = True
+    assert settled_seen and unsettled_seen  # both branches exercised
+
+
 def test_calibration_refuses_a_budget_no_noise_level_fits(monkeypatch):
     """An epsilon with a floor above the budget made the bracket search double forever."""
     import pymc_dp.runplan as runplan

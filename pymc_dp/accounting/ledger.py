@@ -368,8 +368,6 @@ class PrivacyLedger:
 
     def _approximate(self, chains: int) -> tuple[float, str]:
         """Epsilon of the non-pure mechanisms of ``chains`` chains, and the accountant's name."""
-        from pymc_dp.accounting.rdp import rdp_to_epsilon_best
-
         regime = self.regime
         if regime == "pure":
             return 0.0, ""
@@ -397,11 +395,30 @@ class PrivacyLedger:
                 accountant.compose(dp_accounting.ComposedDpEvent(events(self.shared)))
             eps = float(accountant.get_epsilon(self.delta))
             return eps, PLD_ACCOUNTANT.format(grid=PLD_DISCRETIZATION)
-        orders = self._orders()
-        curve = chains * self._curve(self.per_chain, orders) + self._curve(self.shared, orders)
-        eps, order, method = rdp_to_epsilon_best(orders, curve, self.delta)
+        eps, order, method = self._rdp_epsilon(chains)
         curves = sorted({_CURVE_NAMES[m.kind] for m in self._all if m.kind != "pure"})
         return eps, RDP_ACCOUNTANT.format(curves="; ".join(curves), method=method, order=order)
+
+    def _rdp_epsilon(self, chains: int, max_order: float = np.inf) -> tuple[float, float, str]:
+        from pymc_dp.accounting.rdp import rdp_to_epsilon_best
+
+        orders = self._orders()
+        orders = orders[orders <= max_order]
+        curve = chains * self._curve(self.per_chain, orders) + self._curve(self.shared, orders)
+        return rdp_to_epsilon_best(orders, curve, self.delta)
+
+    def epsilon_up_to(self, max_order: float) -> tuple[float, bool]:
+        """:attr:`epsilon` with the ``"rdp"`` regime's conversion over the orders up to
+        ``max_order`` only (a subsampled curve's cost grows with the square of its orders), and
+        whether its best order lies below the largest of them. Never below :attr:`epsilon`; equal
+        to it where the best order of all is among them. Outside that regime: ``(epsilon,
+        True)``. Reads only the mechanisms (not :attr:`accountant`)."""
+        if self.regime != "rdp":
+            return self.epsilon, True
+        orders = self._orders()
+        eps, order, _ = self._rdp_epsilon(self.chains, max_order)
+        inside = order < orders[orders <= max_order].max()
+        return eps + self._pure_epsilon(self.chains), bool(inside)
 
     @cached_property
     def _approximate_all(self) -> tuple[float, str]:
