@@ -14,8 +14,9 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import pushforward
 from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.replace import clone_replace
+from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp.kernel_rewrites import common_factor
 
@@ -26,13 +27,74 @@ __all__ = ["ClippedKernels"]
 _MAX_UNROLLED_FISHER_DIM = 10
 
 
-def _inline_values(outs) -> set:
-    """The values of the one-value constants ``outs`` read."""
-    return {
-        (str(c.type.dtype), np.asarray(c.data).tobytes())
-        for c in graph_inputs(outs)
-        if isinstance(c, Constant) and hasattr(c.type, "dtype") and np.size(c.data) == 1
+def _generic(c: Constant, rng: np.random.Generator) -> Constant:
+    """``c`` with values no rewrite folds (no two equal, none 0 or 1; integers 0 and 1 in turn,
+    valid indices and counts): the rows of no data set."""
+    data = np.asarray(c.data)
+    if np.issubdtype(data.dtype, np.integer) or data.dtype == bool:
+        values = np.arange(data.size) % 2
+    else:
+        values = rng.uniform(0.25, 0.75, data.size)
+    return TensorConstant(c.type, values.astype(data.dtype).reshape(data.shape))
+
+
+def _factored_on_generic_rows(comps: list, wrt: Variable):
+    """:func:`common_factor` of ``comps`` found with generic values in place of every array (the
+    rows and what PyMC made from them), then read with the real ones; None where it cannot be.
+
+    The canonical folds that find the factor read constants' values: on the real rows they fold
+    a column every row shares, or outcomes all 0, into one inline value (found in review), so
+    the kernel would depend on the data and could not be cached on disk. On generic rows nothing
+    of the data folds into a value: each constant the folds compute from the rows (a column of
+    the covariates, ``1 - 2 y``) is computed again from the real rows (in storage when the kernel
+    compiles), and the factoring is the same for every data set. A constant of unknown origin
+    refuses it. Where the generic rows meet every support check and the real ones do not, an
+    out-of-support row adds its formula's clipped gradient (the clip bounds it as every row)."""
+    rng = np.random.default_rng(0)  # the same generic rows in every run
+    generic = {
+        c: _generic(c, rng)
+        for c in graph_inputs(comps)
+        if isinstance(c, TensorConstant) and np.size(c.data) > 1
     }
+    origins: dict = {}
+    try:
+        found = common_factor(graph_replace(comps, generic, strict=False), wrt, origins)
+    except Exception:  # a fold the generic rows cannot take
+        return None
+    if found is None:
+        return None
+    real = {g: c for c, g in generic.items()}
+
+    def back(c: Constant) -> Variable:
+        """``c`` computed from the real rows (itself where it reads none)."""
+        if c not in real:
+            if c in origins:  # a fold: again, from what it was computed from
+                made = origins[c]
+                swap = {x: back(x) for x in _constants(made)}
+                swap = {x: v for x, v in swap.items() if v is not x}
+                real[c] = graph_replace(made, swap, strict=False) if swap else c
+            elif np.size(c.data) > 1:
+                raise KeyError(c)  # an array of unknown origin
+            else:
+                real[c] = c  # a value of the model or of a rewrite: public
+        return real[c]
+
+    u, group, ks = found
+    try:
+        swap = {c: back(c) for c in _constants([u, *ks])}
+    except KeyError:
+        return None
+    swap = {c: v for c, v in swap.items() if v is not c}
+    u, *ks = graph_replace([u, *ks], swap, strict=False) if swap else [u, *ks]
+    return u, group, ks
+
+
+def _constants(outs) -> list:
+    return [
+        c
+        for c in graph_inputs(outs if isinstance(outs, list) else [outs])
+        if isinstance(c, TensorConstant)
+    ]
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -107,7 +169,9 @@ class ClippedKernels:
         such a row adds exactly 0 (no ``0 * inf``), as in the unfactored form.
         """
         comps = self._grad_components(self._rows)
-        found = common_factor(comps, self._q)
+        found, cache = _factored_on_generic_rows(comps, self._q), True
+        if found is None:  # factored on the real rows: a value of theirs may be inline
+            found, cache = common_factor(comps, self._q), False
         if found is None:
             clipped, norms, _ = self._clipped_gradients(bound, batch=False)
             return pt.stack([pt.sum(c) for c in clipped]), norms, True
@@ -125,11 +189,7 @@ class ClippedKernels:
             sums[j] = group_sum[t]
         for j in others:
             sums[j] = pt.sum(pt.switch(finite, comps[j], 0.0) * scale)
-        # common_factor canonicalises with the rows as constants (in storage, their support
-        # checks would stay and hide the factor): a value it folded from them (a column every
-        # row shares, found in review) is inline, so the kernel is not cached on disk
-        public = _inline_values([*comps, pt.ones_like(u)])  # the factoring's own ones too
-        return pt.stack(sums), norms, _inline_values(ks) <= public
+        return pt.stack(sums), norms, cache
 
     def grad_kernel(self, *, batch: bool = False, diagnostics: bool = False):
         """Compile ``(q, bound[, idx]) -> (sum_i clip_norm(grad l_i(q), bound), grad log

@@ -124,9 +124,9 @@ def test_compiled_kernels_do_not_depend_on_the_rows_values(monkeypatch):
     """The same model on rows of other values compiles to the same cached kernels: no value of
     the rows, nor one folded from them, is inline in a kernel numba may cache (found in review:
     a column every row shares and outcomes all 0 were folded into one inline value, hashed into
-    the cache files' names). The GLM gradient's factoring reads the rows' values: where it
-    leaves a value inline that was not in its input, that kernel is not cached (opted in; the
-    review after this test found models where PyMC itself folds such a value: README)."""
+    the cache files' names). The GLM gradient is factored on generic rows and read with the
+    real ones, so it is cached on both and the same (opted in; the review after this test found
+    models where PyMC itself folds such a value: README)."""
     import pymc_dp.likelihood as likelihood
 
     monkeypatch.setattr(likelihood, "CACHE_KERNELS", True)  # opted in
@@ -143,11 +143,42 @@ def test_compiled_kernels_do_not_depend_on_the_rows_values(monkeypatch):
         kernels = [lik.ratio_kernel(), lik.grad_kernel(), lik.ratio_kernel(batch=True)]
         signatures.append([(k.cache, _compiled_signature(k)) for k in kernels])
     (ordinary, degenerate) = signatures
-    # not vacuous: the ratio and batch kernels are cached on both
-    assert [ordinary[i][0] and degenerate[i][0] for i in (0, 2)] == [True] * 2
-    assert not degenerate[1][0]  # the factoring inlined the shared column: not cached
+    # not vacuous: every kernel is cached on both, the factored gradient's included
+    assert [ordinary[i][0] and degenerate[i][0] for i in range(3)] == [True] * 3
     for (cached_a, a), (cached_b, b) in zip(ordinary, degenerate, strict=True):
         assert a == b or not (cached_a and cached_b)
+
+
+@pytest.mark.parametrize("case", ["intercept", "outcomes all 0", "equal columns", "zero column"])
+def test_gradient_factored_on_generic_rows_is_the_gradient_on_degenerate_rows(case):
+    """The factored gradient kernel (found on generic rows, read with the real ones) sums the
+    clipped per-row gradients of the real rows, where the rows fold on their own (a column every
+    row shares, outcomes all 0, two equal columns, a column of zeros)."""
+    from pymc_dp.clipped_kernels import _factored_on_generic_rows
+
+    rng = np.random.default_rng(5)
+    x, y = rng.uniform(-1, 1, (60, 3)), rng.integers(0, 2, 60)
+    if case == "intercept":
+        x[:, 0] = 1.0
+    elif case == "outcomes all 0":
+        y[:] = 0
+    elif case == "equal columns":
+        x[:, 2] = x[:, 1]
+    else:
+        x[:, 1] = 0.0
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2.5, shape=3)
+        pm.Bernoulli("k", logit_p=pm.math.dot(x, b), observed=y)
+    lik = pdp.PerRowLikelihood(model)
+    comps = lik._grad_components(lik._rows)
+    assert _factored_on_generic_rows(comps, lik._q) is not None  # the path under test
+    for q in (np.zeros(3), np.array([0.7, -1.3, 0.4])):
+        g = lik.grad_rows_fn(q)
+        norms = np.linalg.norm(g, axis=1)
+        for bound in (0.05, 0.3, 10.0):
+            total, _ = lik.grad_kernel()(q, np.asarray(bound))
+            want = (g * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]).sum(0)
+            np.testing.assert_allclose(total, want, rtol=1e-10, atol=1e-12)
 
 
 def test_kernels_a_fit_calls_a_few_times_run_in_numpy_and_agree_with_numba(monkeypatch):
