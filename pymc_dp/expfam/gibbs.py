@@ -28,6 +28,7 @@ Kernels
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,22 +77,44 @@ def _as_batch(y: ArrayLike, family: Family, name: str = "y") -> Array:
     return arr
 
 
-def _noise_variance(
-    rng: np.random.Generator, y: Array, s: Array, epsilon: float, sensitivity: float
-) -> Array:
-    """``sigma_j^2`` with ``1/sigma_j^2 ~ IG(eps / (Delta |y_j - s_j|), eps^2 / Delta^2)``
-    (Algorithm 1 line 6). ``|y - s|`` is floored at 1e-10 Laplace scales so the mean stays finite
-    (a smaller residual has probability ~1e-10)."""
-    scale = sensitivity / epsilon
-    resid = np.maximum(np.abs(y - s), 1e-10 * scale)
-    return 1.0 / inverse_gaussian(rng, 1.0 / (scale * resid), 1.0 / (scale * scale))
+@dataclass(frozen=True)
+class _Chains[F: Family]:
+    """The checked arguments of :func:`gibbs` that every kernel runs on, and the steps the
+    kernels share: one chain per row of ``y``, ``tune`` burn-in sweeps, then ``draws`` kept."""
 
+    family: F
+    prior: Array
+    y: Array
+    n: int
+    epsilon: float
+    draws: int
+    tune: int
+    rng: np.random.Generator
 
-def _initial_noise_variance(y: Array, epsilon: float, sensitivity: float) -> Array:
-    """Starting ``sigma_j^2``: ``2 Delta^2 / eps^2``, the mean of its Exp(eps^2 / (2 Delta^2))
-    prior, for every element of ``y``."""
-    scale = sensitivity / epsilon
-    return np.full_like(y, 2.0 * scale * scale)
+    def sweeps(self) -> Iterator[int | None]:
+        """Index of every sweep's kept draw; ``None`` during burn-in."""
+        for it in range(self.tune + self.draws):
+            yield it - self.tune if it >= self.tune else None
+
+    def theta(self, s: Array) -> Array:
+        """``theta | s``: the exact conjugate update (Algorithm 1 line 3)."""
+        return self.family.sample_theta(
+            self.rng, self.family.conjugate_update(self.prior, s, self.n)
+        )
+
+    def initial_noise_variance(self, y: Array) -> Array:
+        """Starting ``sigma_j^2``: ``2 Delta^2 / eps^2``, the mean of its Exp(eps^2 / (2 Delta^2))
+        prior, for every element of ``y``."""
+        scale = self.family.sensitivity / self.epsilon
+        return np.full_like(y, 2.0 * scale * scale)
+
+    def noise_variance(self, y: Array, s: Array) -> Array:
+        """``sigma_j^2`` with ``1/sigma_j^2 ~ IG(eps / (Delta |y_j - s_j|), eps^2 / Delta^2)``
+        (Algorithm 1 line 6). ``|y - s|`` is floored at 1e-10 Laplace scales so the mean stays
+        finite (a smaller residual has probability ~1e-10)."""
+        scale = self.family.sensitivity / self.epsilon
+        resid = np.maximum(np.abs(y - s), 1e-10 * scale)
+        return 1.0 / inverse_gaussian(self.rng, 1.0 / (scale * resid), 1.0 / (scale * scale))
 
 
 def _normal_product(m1: Array, v1: Array, m2: Array, v2: Array) -> tuple[Array, Array]:
@@ -104,45 +127,27 @@ def _normal_product(m1: Array, v1: Array, m2: Array, v2: Array) -> tuple[Array, 
     return np.where(positive, mean, m1), np.where(positive, precision**-0.5, 0.0)
 
 
-def _gibbs_binomial(
-    family: Binomial,
-    prior: Array,
-    y: Array,
-    n: int,
-    epsilon: float,
-    draws: int,
-    tune: int,
-    rng: np.random.Generator,
-) -> GibbsTrace:
+def _gibbs_binomial(run: _Chains[Binomial]) -> GibbsTrace:
     """Algorithm 1 for a scalar bounded statistic."""
-    y = y[:, 0]
-    lo, hi = family.valid_range(n)
+    y, n = run.y[:, 0], run.n
+    lo, hi = run.family.valid_range(n)
     s = np.clip(y, lo, hi)
-    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
-    theta_out = np.empty((y.size, draws))
-    s_out = np.empty((y.size, draws, 1))
-    for it in range(tune + draws):
-        theta = family.sample_theta(rng, family.conjugate_update(prior, s, n))  # line 3
-        mu, var = family.moments(theta)  # line 4
+    sigma2 = run.initial_noise_variance(y)
+    theta_out = np.empty((y.size, run.draws))
+    s_out = np.empty((y.size, run.draws, 1))
+    for kept in run.sweeps():
+        theta = run.theta(s)  # line 3
+        mu, var = run.family.moments(theta)  # line 4
         mean, sd = _normal_product(n * mu, n * var, y, sigma2)  # line 5, NormProduct
-        s = truncated_normal(rng, mean, sd, lo, hi)  # ... restricted to the valid range
-        sigma2 = _noise_variance(rng, y, s, epsilon, family.sensitivity)  # line 6
-        if it >= tune:
-            theta_out[:, it - tune] = theta
-            s_out[:, it - tune, 0] = s
+        s = truncated_normal(run.rng, mean, sd, lo, hi)  # ... restricted to the valid range
+        sigma2 = run.noise_variance(y, s)  # line 6
+        if kept is not None:
+            theta_out[:, kept] = theta
+            s_out[:, kept, 0] = s
     return GibbsTrace(theta=theta_out, s=s_out)
 
 
-def _gibbs_multinomial(
-    family: Multinomial,
-    prior: Array,
-    y: Array,
-    n: int,
-    epsilon: float,
-    draws: int,
-    tune: int,
-    rng: np.random.Generator,
-) -> GibbsTrace:
+def _gibbs_multinomial(run: _Chains[Multinomial]) -> GibbsTrace:
     """Algorithm 1 on the simplex, ``s`` updated by exact pairwise conditionals.
 
     Under the CLT ``s ~ N(N theta, N (diag theta - theta theta^T))``, ``N = n trials``, the
@@ -152,17 +157,18 @@ def _gibbs_multinomial(
     noisy ``y_j`` and ``y_r`` add two normal factors in ``s_j`` (``s_r = t - s_j``); the product
     is restricted to ``0 <= s_j <= t``.
     """
+    y = run.y
     batch, k = y.shape
-    total = n * family.trials
+    total = run.n * run.family.trials
     # start on the simplex: the clipped y rescaled to sum to N (uniform if y is all <= 0)
-    s = family.clip_statistic(y, n)
+    s = run.family.clip_statistic(y, run.n)
     mass = s.sum(axis=1, keepdims=True)
     s = np.where(mass > 0, s * total / np.where(mass > 0, mass, 1.0), total / k)
-    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
-    theta_out = np.empty((batch, draws, k))
-    s_out = np.empty((batch, draws, k))
-    for it in range(tune + draws):
-        theta = family.sample_theta(rng, family.conjugate_update(prior, s, n))
+    sigma2 = run.initial_noise_variance(y)
+    theta_out = np.empty((batch, run.draws, k))
+    s_out = np.empty((batch, run.draws, k))
+    for kept in run.sweeps():
+        theta = run.theta(s)
         for j in range(k):
             r = (j + 1) % k
             tj, tr = theta[:, j], theta[:, r]
@@ -173,27 +179,17 @@ def _gibbs_multinomial(
             mean = (
                 m_prior / v_prior + y[:, j] / sigma2[:, j] + (pair - y[:, r]) / sigma2[:, r]
             ) / precision
-            s_j = truncated_normal(rng, mean, precision**-0.5, 0.0, pair)
+            s_j = truncated_normal(run.rng, mean, precision**-0.5, 0.0, pair)
             s[:, j] = s_j
             s[:, r] = pair - s_j
-        sigma2 = _noise_variance(rng, y, s, epsilon, family.sensitivity)
-        if it >= tune:
-            theta_out[:, it - tune] = theta
-            s_out[:, it - tune] = s
+        sigma2 = run.noise_variance(y, s)
+        if kept is not None:
+            theta_out[:, kept] = theta
+            s_out[:, kept] = s
     return GibbsTrace(theta=theta_out, s=s_out)
 
 
-def _gibbs_truncated(
-    family: TruncatedFamily,
-    prior: Array,
-    y: Array,
-    n: int,
-    epsilon: float,
-    draws: int,
-    tune: int,
-    rng: np.random.Generator,
-    covariance: bool,
-) -> GibbsTrace:
+def _gibbs_truncated(run: _Chains[TruncatedFamily], covariance: bool) -> GibbsTrace:
     """Algorithm 2 with the joint normal of the sections (random-sum CLT, Algorithm 3, Lemma 1).
 
     State: ``s_hat`` (sum inside ``[a, b]``, observed through ``y``) and ``s_out`` (sum outside).
@@ -209,18 +205,18 @@ def _gibbs_truncated(
     theta-dependent normaliser ``P(s_out >= 0 | theta)`` biases theta (measured: -0.1 posterior
     sd for the exponential with bounds (0, 1.5)).
     """
-    y = y[:, 0]
-    lo_in, hi_in = family.inside_range(n)
-    lo_s, hi_s = family.valid_range(n)
+    y, n, rng = run.y[:, 0], run.n, run.rng
+    lo_in, hi_in = run.family.inside_range(n)
+    lo_s, hi_s = run.family.valid_range(n)
     s_hat = np.clip(y, lo_in, hi_in)
     s_out = np.zeros_like(y)
-    sigma2 = _initial_noise_variance(y, epsilon, family.sensitivity)
-    theta_out = np.empty((y.size, draws))
-    s_hat_out = np.empty((y.size, draws, 1))
-    s_tot_out = np.empty((y.size, draws, 1))
-    for it in range(tune + draws):
-        theta = family.sample_theta(rng, family.conjugate_update(prior, s_hat + s_out, n))
-        m_in, m_out, v_in, v_out, c = family.section_moments(theta, n, covariance=covariance)
+    sigma2 = run.initial_noise_variance(y)
+    theta_out = np.empty((y.size, run.draws))
+    s_hat_out = np.empty((y.size, run.draws, 1))
+    s_tot_out = np.empty((y.size, run.draws, 1))
+    for kept in run.sweeps():
+        theta = run.theta(s_hat + s_out)
+        m_in, m_out, v_in, v_out, c = run.family.section_moments(theta, n, covariance=covariance)
         # s_hat | s_out: conditional normal of the sections, times N(y; s_hat, sigma^2)
         k_in = np.divide(c, v_out, out=np.zeros_like(c), where=v_out > 0)
         cond_m = m_in + k_in * (s_out - m_out)
@@ -234,11 +230,11 @@ def _gibbs_truncated(
         cond_m = m_out + k_out * (s_hat - m_in)
         cond_v = np.maximum(v_out - k_out * c, 0.0)
         s_out = truncated_normal(rng, cond_m, np.sqrt(cond_v), lo_s - s_hat, hi_s - s_hat)
-        sigma2 = _noise_variance(rng, y, s_hat, epsilon, family.sensitivity)
-        if it >= tune:
-            theta_out[:, it - tune] = theta
-            s_hat_out[:, it - tune, 0] = s_hat
-            s_tot_out[:, it - tune, 0] = s_hat + s_out
+        sigma2 = run.noise_variance(y, s_hat)
+        if kept is not None:
+            theta_out[:, kept] = theta
+            s_hat_out[:, kept, 0] = s_hat
+            s_tot_out[:, kept, 0] = s_hat + s_out
     return GibbsTrace(theta=theta_out, s=s_tot_out, s_hat=s_hat_out)
 
 
@@ -292,16 +288,16 @@ def gibbs(
     epsilon = check_epsilon(epsilon)
     draws = check_count(draws, "draws", minimum=1)
     tune = check_count(tune, "tune")
-    rng = np.random.default_rng(random_seed)
+    run = _Chains(
+        family, prior_arr, y_arr, n, epsilon, draws, tune, np.random.default_rng(random_seed)
+    )
     if isinstance(family, Binomial):
-        return _gibbs_binomial(family, prior_arr, y_arr, n, epsilon, draws, tune, rng)
+        return _gibbs_binomial(run)
     if isinstance(family, Multinomial):
-        return _gibbs_multinomial(family, prior_arr, y_arr, n, epsilon, draws, tune, rng)
+        return _gibbs_multinomial(run)
     if isinstance(family, TruncatedFamily):
         family.natural(np.ones(1))  # fail early (e.g. a normal family without sigma)
-        return _gibbs_truncated(
-            family, prior_arr, y_arr, n, epsilon, draws, tune, rng, section_covariance
-        )
+        return _gibbs_truncated(run, section_covariance)
     raise ValueError(f"no Gibbs kernel for {family.describe()}")
 
 
