@@ -209,10 +209,8 @@ def barker_epsilon(
 
     Parameters
     ----------
-    batch_size : int
-        Batch size b (11 <= b <= n).
-    dataset_size : int
-        Number of rows n.
+    batch_size, dataset_size : int
+        Batch size b and number of rows n, as in :func:`barker_rdp` (11 <= b <= n).
     count : int
         Number of iterations (>= 0); for several chains pass chains x iterations.
     delta : float
@@ -241,10 +239,8 @@ def barker_epsilon_curve(
 
     Parameters
     ----------
-    batch_size : int
-        Batch size b (11 <= b <= n).
-    dataset_size : int
-        Number of rows n.
+    batch_size, dataset_size : int
+        Batch size b and number of rows n, as in :func:`barker_rdp` (11 <= b <= n).
     iterations : int
         Number of iterations K (>= 0).
     delta : float
@@ -267,14 +263,10 @@ def barker_max_iterations(batch_size: int, dataset_size: int, epsilon: float, de
 
     Parameters
     ----------
-    batch_size : int
-        Batch size b (11 <= b <= n).
-    dataset_size : int
-        Number of rows n.
-    epsilon : float
-        Target epsilon (finite, > 0).
-    delta : float
-        Target delta in (0, 1).
+    batch_size, dataset_size : int
+        Batch size b and number of rows n, as in :func:`barker_rdp` (11 <= b <= n).
+    epsilon, delta : float
+        The target budget: epsilon finite and > 0, delta in (0, 1).
 
     Returns
     -------

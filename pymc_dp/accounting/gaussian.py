@@ -319,10 +319,8 @@ def gaussian_mu_for_budget(epsilon: float, delta: float) -> float:
 
     Parameters
     ----------
-    epsilon : float
-        Target epsilon (finite, > 0).
-    delta : float
-        Target delta in (0, 1).
+    epsilon, delta : float
+        The target budget: epsilon finite and > 0, delta in (0, 1).
 
     Returns
     -------
@@ -357,10 +355,8 @@ def noise_multiplier_for_budget(epsilon: float, delta: float, count: int) -> flo
 
     Parameters
     ----------
-    epsilon : float
-        Target epsilon (finite, > 0).
-    delta : float
-        Target delta in (0, 1).
+    epsilon, delta : float
+        The target budget: epsilon finite and > 0, delta in (0, 1).
     count : int
         Number of releases (>= 1), each with the same noise multiplier.
 
@@ -390,10 +386,8 @@ def max_iterations(mu_per_iteration: float, epsilon: float, delta: float) -> int
     mu_per_iteration : float
         Privacy loss parameter spent by one iteration, :math:`\sum_j 1/(2 s_j^2)` over the
         Gaussian releases of the iteration (finite, > 0).
-    epsilon : float
-        Target epsilon (finite, > 0).
-    delta : float
-        Target delta in (0, 1).
+    epsilon, delta : float
+        The target budget: epsilon finite and > 0, delta in (0, 1).
 
     Returns
     -------
@@ -424,10 +418,8 @@ def max_releases(noise_multiplier: float, epsilon: float, delta: float) -> int:
     ----------
     noise_multiplier : float
         Noise standard deviation divided by the L2 sensitivity (finite, > 0).
-    epsilon : float
-        Target epsilon (finite, > 0).
-    delta : float
-        Target delta in (0, 1).
+    epsilon, delta : float
+        The target budget: epsilon finite and > 0, delta in (0, 1).
 
     Returns
     -------
