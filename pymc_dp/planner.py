@@ -70,7 +70,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import numpy as np
 from pymc.blocking import DictToArrayBijection
@@ -324,8 +325,9 @@ class _Forecast:
     """What the clipped samplers deliver (module docstring): the ratio r_j and the posterior sd
     per coordinate; DPLaplace's mode error per coordinate (``lap_err``, posterior sds), the
     widening of its intervals (``lap_sd``) and its largest error (``lap_largest``); the
-    zero-tuning DPPenalty's noise multiplier ``s``, step (``step_sd``, posterior sds) and
-    ``ess``; ``e_max``, the largest error sd per coordinate of a usable posterior."""
+    zero-tuning DPPenalty's noise multiplier ``s``, step (``step_sd``, posterior sds), ``ess``
+    and the ``acceptance`` it is planned at; ``e_max``, the largest error sd per coordinate of a
+    usable posterior."""
 
     ratio: np.ndarray
     posterior_sd: np.ndarray
@@ -336,6 +338,13 @@ class _Forecast:
     step_sd: float
     ess: float
     e_max: float
+    acceptance: float = _ACCEPT
+
+    @classmethod
+    def unknown(cls, dim: int) -> _Forecast:
+        """No forecast, NaN throughout: a run planned without clip bounds (DPSuffStats)."""
+        nan = dict.fromkeys((f.name for f in fields(cls)), np.nan)
+        return cls(**{**nan, "ratio": np.full(dim, np.nan), "posterior_sd": np.full(dim, np.nan)})
 
     # "usable": every mean within 0.5 posterior sd and every sd within [0.67, 1.5] x; with d
     # coordinates of error sd e the first holds with probability (2 Phi(0.5 / e) - 1)^d
@@ -515,6 +524,21 @@ def _clipped_plan(
         )
     suffstats_ok = suffstats is not None and _suffstats_usable(suffstats, fc.e_max)
     anchored_ok = bool(anchored and anchored["usable"])
+    return _plan(
+        run,
+        fc,
+        recommended=recommended,
+        feasible=fc.mcmc_ok or fc.laplace_ok or suffstats_ok or anchored_ok,
+        advice=advice,
+        split=split,
+        suffstats=suffstats,
+        anchored=anchored,
+    )
+
+
+def _plan(run: _Run, fc: _Forecast, **choice: Any) -> Plan:
+    """The Plan of ``run``: the forecast's predictions under the Plan's names, and ``choice``,
+    the Plan's other fields (the recommendation, whether it is feasible, advice, split, ...)."""
     return Plan(
         **asdict(run),
         ratio=fc.ratio,
@@ -524,14 +548,9 @@ def _clipped_plan(
         laplace_largest_error=fc.lap_largest,
         penalty_noise_multiplier=fc.s,
         penalty_step_sd=fc.step_sd,
-        penalty_acceptance=_ACCEPT,
+        penalty_acceptance=fc.acceptance,
         penalty_ess=fc.ess,
-        recommended=recommended,
-        feasible=fc.mcmc_ok or fc.laplace_ok or suffstats_ok or anchored_ok,
-        advice=advice,
-        split=split,
-        suffstats=suffstats,
-        anchored=anchored,
+        **choice,
     )
 
 
@@ -612,7 +631,6 @@ def _suffstats_usable(suffstats: dict, e_max: float) -> bool:
 
 def _suffstats_plan(run: _Run, suffstats: dict) -> Plan:
     """A linear-Gaussian model planned without clip bounds: DPSuffStats needs none."""
-    nan = np.full(run.dim, np.nan)
     ok = _suffstats_usable(suffstats, _largest_error(run.dim))
     advice = [_SUFFSTATS_ADVICE]
     if not ok:
@@ -622,17 +640,9 @@ def _suffstats_plan(run: _Run, suffstats: dict) -> Plan:
             "and 1 / sqrt(n); fewer covariates (the noise grows with the column count) or a "
             "tighter public outcome range also help"
         )
-    return Plan(
-        **asdict(run),
-        ratio=nan,
-        posterior_sd=nan,
-        laplace_error_sd=np.nan,
-        laplace_sd_ratio=np.nan,
-        laplace_largest_error=np.nan,
-        penalty_noise_multiplier=np.nan,
-        penalty_step_sd=np.nan,
-        penalty_acceptance=np.nan,
-        penalty_ess=np.nan,
+    return _plan(
+        run,
+        _Forecast.unknown(run.dim),
         recommended="DPSuffStats",
         feasible=ok,
         advice=advice,
