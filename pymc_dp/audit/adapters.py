@@ -173,7 +173,8 @@ def claimed_epsilon(step: Any, plan: Any = None, *, release: str = "iteration") 
 
 
 class _StepRelease:
-    """Shared plumbing of the step adapters: two steps, one plan, lent state, cached kernels."""
+    """Shared plumbing of the step adapters: two steps, the point ``q`` of the audited release,
+    one plan, lent state, cached kernels."""
 
     #: Names of the compiled kernels (instance attributes of the step) that may be memoised.
     kernels: tuple[str, ...] = ()
@@ -182,7 +183,9 @@ class _StepRelease:
     adapter: str
     audited: tuple[str, str, str]
 
-    def __init__(self, step0: Any, step1: Any, plan: Any, cache_kernels: bool) -> None:
+    def __init__(
+        self, step0: Any, step1: Any, q: ArrayLike, plan: Any, cache_kernels: bool
+    ) -> None:
         import importlib
 
         from pymc_dp.step_methods.base import DPStep
@@ -210,6 +213,7 @@ class _StepRelease:
         self.plan = one_iteration_plan(step0) if plan is None else plan
         self.delta = float(self.plan.delta)
         self.cache_kernels = bool(cache_kernels)
+        self.q = _point(step0, q, "q")
 
     def _lend(self, step: Any, rng: np.random.Generator) -> dict[str, Any]:
         from pymc_dp.noise import NoiseSource
@@ -246,8 +250,7 @@ class _PenaltyRelease(_StepRelease):
     )
 
     def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
-        super().__init__(step0, step1, plan, cache_kernels)
-        self.q = _point(step0, q, "q")
+        super().__init__(step0, step1, q, plan, cache_kernels)
         self.q_new = _point(step0, q_new, "q_new")
         self.dist = float(np.sqrt(np.sum((self.q_new - self.q) ** 2)))
         if self.dist == 0.0:
@@ -323,8 +326,7 @@ class _GradientRelease(_StepRelease):
     audited = ("pymc_dp.step_methods.hmc", "DPHMC", "DPHMC")
 
     def __init__(self, step0, step1, q, direction, plan, cache_kernels) -> None:
-        super().__init__(step0, step1, plan, cache_kernels)
-        self.q = _point(step0, q, "q")
+        super().__init__(step0, step1, q, plan, cache_kernels)
         if direction is None:
             sums = [
                 s.tempering * np.asarray(s._grad(self.q, np.asarray(s.grad_clip))[0])
@@ -410,8 +412,7 @@ class _BarkerIteration(_StepRelease):
     audited = ("pymc_dp.step_methods.barker", "DPBarker", "DPBarker")
 
     def __init__(self, step0, step1, q, q_new, plan, cache_kernels) -> None:
-        super().__init__(step0, step1, plan, cache_kernels)
-        self.q = _point(step0, q, "q")
+        super().__init__(step0, step1, q, plan, cache_kernels)
         self.q_new = _point(step0, q_new, "q_new")
         # The log prior at q is public (no data): computed once, as step._prior_at would.
         self.prior = float(step0.likelihood.prior_value(self.q))
