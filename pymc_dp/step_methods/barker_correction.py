@@ -353,3 +353,11 @@ def load_correction(C: float = 2.0) -> CorrectionDistribution:
             "--out PATH` and load it with `CorrectionDistribution.from_json`"
         )
     return _load_shipped()
+
+
+def __getattr__(name: str):
+    # the offline fitter moved out in 0.2.0 (deprecated here until 0.3.0)
+    from pymc_dp._moved import moved_name
+
+    fitter = "pymc_dp.step_methods.fit_barker_correction"
+    return moved_name(__name__, name, {"fit_correction": fitter, "main": fitter})
