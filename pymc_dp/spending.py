@@ -3,7 +3,9 @@
 A DP step's noise is calibrated for one run of ``chains`` chains on one data set. Running the same
 step object again would release the data a second time while the report still says epsilon, and
 running it after ``pm.set_data`` would apply a calibration (n, delta, clip-bound checks, a warm
-start) made for other rows. Two records prevent both:
+start) made for other rows. Two records prevent both, kept together by :class:`DataSeal`
+(checked before any chain reads the data); :class:`SpentOnce`, mixed into every DP step, adds
+``spent``, ``renew`` and ``rebuild`` on top:
 
 * :class:`SpendRecord`: the chains that have started, seen by every process that runs the step.
   PyMC runs chains in forked or spawned processes, which get copies of the step, so the record
