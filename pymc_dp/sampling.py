@@ -289,6 +289,7 @@ def _record_releases(idata: DataTree, step: DPStep, plan) -> None:
     idata.attrs.update(plan.ledger.to_attrs())
     if getattr(step, "release", None) is not None:
         idata.attrs[RELEASE_ATTR] = step.release.to_attr()
+        idata.attrs[FIT_ATTR] = step.error_attr()
     if getattr(step, "warm", None) is not None:
         idata.attrs[FIT_ATTR] = step.warm.to_attr(_coordinate_labels(step.fit_likelihood))
     if getattr(step, "anchor", None) is not None:
@@ -518,8 +519,8 @@ class PrivacyReport:
     @property
     def expected_error(self) -> dict[str, float]:
         """Expected distance of each posterior mean from the non-private posterior's, in
-        posterior sds, from released quantities only (private warm start or DPLaplace); ``{}``
-        without a private fit."""
+        posterior sds, from released quantities only (private warm start, DPLaplace or
+        DPSuffStats' release); ``{}`` without one."""
         if not self.fit_error:
             return {}
         return dict(zip(self.fit_error["labels"], self.fit_error["expected_error"], strict=True))
@@ -551,7 +552,15 @@ class PrivacyReport:
                 "posterior sds expected at most (not in the intervals, not seen by R-hat)"
             )
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
-        if self.fit_error:
+        if self.fit_error and self.release:
+            f = self.fit_error
+            lines.append(
+                "  fit error:    distance of the means from the non-private posterior's, from "
+                f"the release (its noise; the prior's pull left out): "
+                f"{max(f['expected_error']):.2g} posterior sds expected per mean, the largest of "
+                f"them ~{f['expected_largest_error']:.2g}; in the intervals"
+            )
+        elif self.fit_error:
             f = self.fit_error
             lines.append(
                 "  fit error:    distance of the means from the non-private posterior's, from "

@@ -12,6 +12,7 @@ hierarchical or bounded priors keep their true shape.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -27,6 +28,7 @@ from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
     NotLinearGaussian,
     bounds_for,
+    expected_error,
     find_linear_gaussian,
     noise_entries,
     rows_of,
@@ -172,6 +174,29 @@ class DPSuffStats(DPStep):
         del design, outcome
         _warn_if_singular(self.release)
         self._surrogate: pm.Model | None = None
+
+    def error_attr(self) -> str:
+        """How far the release's noise moves each posterior mean, in non-private posterior sds
+        (:func:`~pymc_dp.linear_gaussian.expected_error`; the report's ``expected_error``), as
+        a JSON attr: post-processing of the release. Labels: ``intercept`` (constant columns
+        folded in), the coefficient of each released design column by its container's name
+        (``X[1]``), ``sigma``."""
+        figures = expected_error(self.release)
+        columns = []  # the design's columns, by the container they come from
+        pairs = zip(self.linear.covariates, self.linear.widths, strict=True)
+        for i, (inp, width) in enumerate(pairs):
+            name = inp.var.name or f"x{i}"
+            columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
+        labels = ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
+        mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
+        return json.dumps(
+            {
+                "labels": labels,
+                "expected_error": [float(e) for e in mean_abs],
+                "expected_largest_error": float(figures["largest"]),
+                "noise": float(mean_abs.max()),
+            }
+        )
 
     @classmethod
     def _tunable(cls) -> bool:
