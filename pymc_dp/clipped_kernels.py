@@ -13,9 +13,9 @@ import functools
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import pushforward
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace, graph_replace
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.tensor.variable import TensorConstant
 
 from pymc_dp.kernel_rewrites import common_factor
@@ -27,74 +27,69 @@ __all__ = ["ClippedKernels"]
 _MAX_UNROLLED_FISHER_DIM = 10
 
 
-def _generic(c: Constant, rng: np.random.Generator) -> Constant:
-    """``c`` with values no rewrite folds (no two equal, none 0 or 1; integers 0 and 1 in turn,
-    valid indices and counts): the rows of no data set."""
-    data = np.asarray(c.data)
-    if np.issubdtype(data.dtype, np.integer) or data.dtype == bool:
-        values = np.arange(data.size) % 2
-    else:
-        values = rng.uniform(0.25, 0.75, data.size)
-    return TensorConstant(c.type, values.astype(data.dtype).reshape(data.shape))
+def _shape_of(outs) -> tuple:
+    """The graph of ``outs`` up to the values of its arrays: its ops in order, what each reads,
+    every one-value constant by value, every array constant by type and first appearance."""
+    names: dict = {}
+    arrays: list = []
+
+    def name(v: Variable):
+        if v not in names:
+            if isinstance(v, TensorConstant) and np.size(v.data) == 1:
+                names[v] = ("value", str(v.type), np.asarray(v.data).tobytes())
+            elif isinstance(v, TensorConstant):
+                names[v] = ("array", str(v.type), len(arrays))
+                arrays.append(v)
+            else:  # a parameter or a symbol: the same variable in both graphs compared
+                names[v] = ("input", id(v))
+        return names[v]
+
+    shape = []
+    for node in io_toposort(graph_inputs(outs), outs):
+        shape.append((node.op, tuple(name(i) for i in node.inputs)))
+        for k, o in enumerate(node.outputs):
+            names[o] = ("node", len(shape) - 1, k)
+    return (*shape, tuple(name(o) for o in outs))
 
 
-def _factored_on_generic_rows(comps: list, wrt: Variable):
-    """:func:`common_factor` of ``comps`` found with generic values in place of every array (the
-    rows and what PyMC made from them), then read with the real ones; None where it cannot be.
+def _factored(comps: list, wrt: Variable) -> tuple[tuple | None, bool]:
+    """:func:`common_factor` of ``comps`` and whether no value of the rows is inline in it.
 
-    The canonical folds that find the factor read constants' values: on the real rows they fold
-    a column every row shares, or outcomes all 0, into one inline value (found in review), so
-    the kernel would depend on the data and could not be cached on disk. On generic rows nothing
-    of the data folds into a value: each constant the folds compute from the rows (a column of
-    the covariates, ``1 - 2 y``) is computed again from the real rows (in storage when the kernel
-    compiles), and the factoring is the same for every data set. A constant of unknown origin
-    refuses it. Where the generic rows meet every support check and the real ones do not, an
-    out-of-support row adds its formula's clipped gradient (the clip bounds it as every row)."""
-    rng = np.random.default_rng(0)  # the same generic rows in every run
-    generic = {
-        c: _generic(c, rng)
-        for c in graph_inputs(comps)
-        if isinstance(c, TensorConstant) and np.size(c.data) > 1
+    The canonical folds that find the factor read constants' values: a column every row shares
+    or outcomes all 0 fold into one inline value (found in review), and a kernel that holds one
+    must not be cached on disk (numba writes its constants there). Real-valued arrays (the
+    covariates, continuous outcomes) are read as symbols while the factor is found, so no
+    rewrite reads their values (the factoring is algebra, valid for every value; a check on
+    them stays and may hide the factor), then the arrays are put back. Integer arrays (counts,
+    classes, group codes) stay constants, as their support checks fold only on their values:
+    the factoring is then the data's own, and it is cached only where the same factoring on
+    integers drawn at random (no two arrays equal, no column uniform) has the same ops and
+    one-value constants. Where the symbols hide the factor, it is found on the rows' values
+    and not cached."""
+    arrays = [c for c in graph_inputs(comps) if isinstance(c, TensorConstant) and c.data.size > 1]
+    symbols = {c: c.type() for c in arrays if np.issubdtype(c.data.dtype, np.floating)}
+    on_symbols = graph_replace(comps, symbols, strict=False) if symbols else comps
+    found = common_factor(on_symbols, wrt)
+    if found is None:  # a check on the symbols hides the factor: the rows' own, not cached
+        found = common_factor(comps, wrt) if symbols else None
+        return found, found is None
+    rng = np.random.default_rng(0)  # the same check in every run
+    drawn = {
+        c: TensorConstant(c.type, rng.integers(0, 2, c.data.shape).astype(c.data.dtype))
+        for c in arrays
+        if c not in symbols
     }
-    origins: dict = {}
     try:
-        found = common_factor(graph_replace(comps, generic, strict=False), wrt, origins)
-    except Exception:  # a fold the generic rows cannot take
-        return None
-    if found is None:
-        return None
-    real = {g: c for c, g in generic.items()}
-
-    def back(c: Constant) -> Variable:
-        """``c`` computed from the real rows (itself where it reads none)."""
-        if c not in real:
-            if c in origins:  # a fold: again, from what it was computed from
-                made = origins[c]
-                swap = {x: back(x) for x in _constants(made)}
-                swap = {x: v for x, v in swap.items() if v is not x}
-                real[c] = graph_replace(made, swap, strict=False) if swap else c
-            elif np.size(c.data) > 1:
-                raise KeyError(c)  # an array of unknown origin
-            else:
-                real[c] = c  # a value of the model or of a rewrite: public
-        return real[c]
-
+        other = found if not drawn else common_factor(graph_replace(on_symbols, drawn), wrt)
+    except Exception:  # a fold the drawn integers cannot take (an index out of range)
+        other = None
+    cacheable = other is not None and (
+        other is found or _shape_of([other[0], *other[2]]) == _shape_of([found[0], *found[2]])
+    )
     u, group, ks = found
-    try:
-        swap = {c: back(c) for c in _constants([u, *ks])}
-    except KeyError:
-        return None
-    swap = {c: v for c, v in swap.items() if v is not c}
-    u, *ks = graph_replace([u, *ks], swap, strict=False) if swap else [u, *ks]
-    return u, group, ks
-
-
-def _constants(outs) -> list:
-    return [
-        c
-        for c in graph_inputs(outs if isinstance(outs, list) else [outs])
-        if isinstance(c, TensorConstant)
-    ]
+    if symbols:
+        u, *ks = graph_replace([u, *ks], {v: c for c, v in symbols.items()}, strict=False)
+    return (u, group, ks), cacheable
 
 
 def _finite_or_zero(x: Variable) -> Variable:
@@ -169,9 +164,7 @@ class ClippedKernels:
         such a row adds exactly 0 (no ``0 * inf``), as in the unfactored form.
         """
         comps = self._grad_components(self._rows)
-        found, cache = _factored_on_generic_rows(comps, self._q), True
-        if found is None:  # factored on the real rows: a value of theirs may be inline
-            found, cache = common_factor(comps, self._q), False
+        found, cache = _factored(comps, self._q)
         if found is None:
             clipped, norms, _ = self._clipped_gradients(bound, batch=False)
             return pt.stack([pt.sum(c) for c in clipped]), norms, True

@@ -38,8 +38,6 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.features import Feature
-from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
@@ -462,20 +460,8 @@ def _factors(v: Variable) -> list[Variable]:
     return [v]
 
 
-class _FoldOrigins(Feature):
-    """Records, for every constant a rewrite put in place of a computed variable (a fold), that
-    variable: what the constant was computed from."""
-
-    def __init__(self, origins: dict) -> None:
-        self.origins = origins
-
-    def on_change_input(self, fgraph, node, i, r, new_r, reason=None) -> None:
-        if isinstance(new_r, Constant) and not isinstance(r, Constant):
-            self.origins.setdefault(new_r, r)
-
-
 def common_factor(
-    components: Sequence[Variable], wrt: Variable, origins: dict | None = None
+    components: Sequence[Variable], wrt: Variable
 ) -> tuple[Variable, list[int], list[Variable]] | None:
     """Find ``c_j = u * k_j`` for a group of components: ``u`` shared, ``k_j`` free of ``wrt``.
 
@@ -484,13 +470,9 @@ def common_factor(
     largest group of at least two components is returned as ``(u, indices, [k_j])``, with every
     ``k_j`` broadcast to the shape of ``u``; ``None`` if there is no such group. The identity
     ``c_j = u * k_j`` is exact algebra; values differ from the unfactored graph by rounding only.
-    ``origins``: filled with each constant the folds made and the variable it replaced.
     """
     # on a copy: in place, the canonical folds would reach every graph sharing these nodes
-    fgraph = FunctionGraph(outputs=list(components), clone=True, copy_inputs=False)
-    if origins is not None:
-        fgraph.attach_feature(_FoldOrigins(origins))
-    comps = rewrite_graph(fgraph, include=("canonicalize",)).outputs
+    comps = rewrite_graph(list(components), include=("canonicalize",), clone=True)
     groups: dict[tuple, list[tuple[int, list[Variable]]]] = {}
     for j, c in enumerate(comps):
         depends = [f for f in _factors(c) if wrt in ancestors([f])]

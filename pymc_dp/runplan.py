@@ -101,15 +101,16 @@ def _calibrate(
     shared: tuple = (),
 ):
     spent_before = run_ledger((), None, 0, 1, delta, shared).mu if shared else 0.0
+    nothing_left = PrivacyBudgetError(
+        f"The warm start alone spends the budget epsilon={epsilon}: nothing is left for "
+        "sampling. Lower `warm_start`."
+    )
     if all(m.gaussian for m in mechanisms) and all(e.kind == "gaussian" for e in shared):
         # mu of the run at knob c is mu(1) / c^2 (plus the shared releases): closed form,
         # stepped towards more noise
         budget = gaussian_mu_for_budget(epsilon, delta) - spent_before
         if budget <= 0:
-            raise PrivacyBudgetError(
-                f"The warm start alone spends the budget epsilon={epsilon}: nothing is left for "
-                "sampling. Lower `warm_start`."
-            )
+            raise nothing_left
         total1 = chains * iterations * _gaussian_mu_per_iteration(mechanisms, 1.0)
         scale = float(np.sqrt(total1 / budget))
         for _ in range(100):
@@ -126,6 +127,8 @@ def _calibrate(
     def spends(s: float, search: bool = False) -> bool:  # a NaN epsilon spends (review)
         return not spent(s, search) <= epsilon
 
+    if shared and not run_ledger((), None, 0, 1, delta, shared).epsilon < epsilon:
+        raise nothing_left  # (review: the bracket went on to noise dp-accounting cannot take)
     # the same releases without subsampling spend about the budget: bracket from there
     mu = gaussian_mu_for_budget(epsilon, delta)
     hi = float(np.sqrt(chains * iterations / (2.0 * mu)))

@@ -777,6 +777,21 @@ def test_epsilon_up_to_bounds_the_epsilon_and_equals_it_when_settled():
     assert settled_seen and unsettled_seen  # both branches exercised
 
 
+def test_calibration_of_subsampled_releases_refuses_a_warm_start_over_budget():
+    """A warm start that alone spends the budget is refused before the noise search (review:
+    the subsampled search went on to noise dp-accounting cannot take, a math domain error)."""
+    import pymc_dp.runplan as runplan
+    from pymc_dp.accounting.ledger import GaussianMechanism
+    from pymc_dp.mechanisms import SubsampledPenaltyTest
+
+    warm = (GaussianMechanism("warm", 10.0, 20),)
+    assert runplan.run_ledger((), None, 0, 1, 1e-6, warm).epsilon > 1.0
+    runplan._calibrate.cache_clear()
+    with pytest.raises(runplan.PrivacyBudgetError, match="warm start alone"):
+        runplan._calibrate((SubsampledPenaltyTest(5000, 50),), 1.0, 1e-6, 3000, 4, warm)
+    runplan._calibrate.cache_clear()
+
+
 def test_calibration_refuses_a_budget_no_noise_level_fits(monkeypatch):
     """An epsilon with a floor above the budget made the bracket search double forever."""
     import pymc_dp.runplan as runplan

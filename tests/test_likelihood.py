@@ -124,9 +124,10 @@ def test_compiled_kernels_do_not_depend_on_the_rows_values(monkeypatch):
     """The same model on rows of other values compiles to the same cached kernels: no value of
     the rows, nor one folded from them, is inline in a kernel numba may cache (found in review:
     a column every row shares and outcomes all 0 were folded into one inline value, hashed into
-    the cache files' names). The GLM gradient is factored on generic rows and read with the
-    real ones, so it is cached on both and the same (opted in; the review after this test found
-    models where PyMC itself folds such a value: README)."""
+    the cache files' names). The GLM gradient is factored with the covariates read as symbols:
+    the shared column does not fold and it is cached on both, the same; outcomes all 0 (integers,
+    read as they are) fold, and that kernel is not cached (opted in; the review after this test
+    found models where PyMC itself folds such a value: README)."""
     import pymc_dp.likelihood as likelihood
 
     monkeypatch.setattr(likelihood, "CACHE_KERNELS", True)  # opted in
@@ -134,45 +135,82 @@ def test_compiled_kernels_do_not_depend_on_the_rows_values(monkeypatch):
     x = rng.uniform(-1, 1, (80, 2))
     ordinary = (x, rng.integers(0, 2, 80))
     degenerate = (np.c_[x[:, 0], np.full(80, 0.731234)], np.zeros(80, dtype=int))
+    shared = (degenerate[0], ordinary[1])
     signatures = []
-    for covariates, outcomes in (ordinary, degenerate):
+    for covariates, outcomes in (ordinary, degenerate, shared):
         with pm.Model() as model:
             b = pm.Normal("b", 0, 2.5, shape=2)
             pm.Bernoulli("k", logit_p=pm.math.dot(covariates, b), observed=outcomes)
         lik = pdp.PerRowLikelihood(model)
         kernels = [lik.ratio_kernel(), lik.grad_kernel(), lik.ratio_kernel(batch=True)]
         signatures.append([(k.cache, _compiled_signature(k)) for k in kernels])
-    (ordinary, degenerate) = signatures
-    # not vacuous: every kernel is cached on both, the factored gradient's included
-    assert [ordinary[i][0] and degenerate[i][0] for i in range(3)] == [True] * 3
+    (ordinary, degenerate, shared) = signatures
+    # not vacuous: the ratio and batch kernels are cached on both, the gradient on the ordinary
+    assert [ordinary[i][0] and degenerate[i][0] for i in (0, 2)] == [True] * 2
+    assert ordinary[1][0] and not degenerate[1][0]  # all-0 outcomes folded: not cached
+    assert shared[1] == ordinary[1]  # a shared column alone: the same kernel, cached
     for (cached_a, a), (cached_b, b) in zip(ordinary, degenerate, strict=True):
         assert a == b or not (cached_a and cached_b)
 
 
-@pytest.mark.parametrize("case", ["intercept", "outcomes all 0", "equal columns", "zero column"])
-def test_gradient_factored_on_generic_rows_is_the_gradient_on_degenerate_rows(case):
-    """The factored gradient kernel (found on generic rows, read with the real ones) sums the
-    clipped per-row gradients of the real rows, where the rows fold on their own (a column every
-    row shares, outcomes all 0, two equal columns, a column of zeros)."""
-    from pymc_dp.clipped_kernels import _factored_on_generic_rows
-
+def _factored_model(case: str) -> pm.Model:
+    """Models whose factored gradient the rows' values could change (review): degenerate
+    covariates and outcomes, integer arrays of equal shape, an integer design, censoring."""
     rng = np.random.default_rng(5)
-    x, y = rng.uniform(-1, 1, (60, 3)), rng.integers(0, 2, 60)
-    if case == "intercept":
-        x[:, 0] = 1.0
-    elif case == "outcomes all 0":
-        y[:] = 0
-    elif case == "equal columns":
-        x[:, 2] = x[:, 1]
-    else:
-        x[:, 1] = 0.0
+    n = 80
+    x, y = rng.uniform(-1, 1, (n, 3)), rng.integers(0, 2, n)
     with pm.Model() as model:
         b = pm.Normal("b", 0, 2.5, shape=3)
-        pm.Bernoulli("k", logit_p=pm.math.dot(x, b), observed=y)
-    lik = pdp.PerRowLikelihood(model)
-    comps = lik._grad_components(lik._rows)
-    assert _factored_on_generic_rows(comps, lik._q) is not None  # the path under test
-    for q in (np.zeros(3), np.array([0.7, -1.3, 0.4])):
+        if case == "group codes and outcomes":  # int64 both: equal on any one generic draw
+            a = pm.Normal("a", 0, 1, shape=4)
+            g = rng.integers(0, 4, n)
+            pm.Bernoulli("k", logit_p=pm.math.dot(x, b) + a[g], observed=y)
+        elif case == "integer design":  # (n, 2) int64: columns of 0/1 rows on a regular draw
+            xi = rng.integers(0, 5, (n, 2))
+            pm.Bernoulli("k", logit_p=pm.math.dot(xi, b[:2]) - 4, observed=y)
+        elif case == "censored":  # Tobit: which rows sit at the bound is in the values
+            z = np.maximum(x @ [0.8, -0.5, 0.3] + rng.normal(0, 0.7, n), 0.0)
+            latent = pm.Normal.dist(mu=pm.math.dot(x, b), sigma=0.7)
+            pm.Censored("k", latent, lower=0.0, upper=None, observed=z)
+        else:
+            if case == "intercept":
+                x[:, 0] = 1.0
+            elif case == "outcomes all 0":
+                y[:] = 0
+            elif case == "equal columns":
+                x[:, 2] = x[:, 1]
+            elif case == "zero column":
+                x[:, 1] = 0.0
+            pm.Bernoulli("k", logit_p=pm.math.dot(x, b), observed=y)
+    return model
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "intercept",
+        "outcomes all 0",
+        "equal columns",
+        "zero column",
+        "group codes and outcomes",
+        "integer design",
+        "censored",
+    ],
+)
+def test_factored_gradient_is_the_clipped_gradient_sum_on_rows_that_fold(case):
+    """The factored gradient kernel (found with the real-valued arrays read as symbols, integer
+    arrays as they are) sums the clipped per-row gradients of the real rows, where the rows'
+    values could change the factoring: the first review of this path found three models where
+    values standing in for the rows gave a wrong sum (the last three cases; a censored model is
+    not factored)."""
+    from pymc_dp.clipped_kernels import _factored
+
+    lik = pdp.PerRowLikelihood(_factored_model(case))
+    found, _ = _factored(lik._grad_components(lik._rows), lik._q)
+    # censoring keeps the rows' factors apart (values standing in for the rows had merged them)
+    assert (found is None) == (case == "censored")
+    rng = np.random.default_rng(6)
+    for q in (np.zeros(lik.dim), rng.normal(0, 0.7, lik.dim)):
         g = lik.grad_rows_fn(q)
         norms = np.linalg.norm(g, axis=1)
         for bound in (0.05, 0.3, 10.0):
