@@ -52,6 +52,20 @@ def _shape_of(outs) -> tuple:
     return (*shape, tuple(name(o) for o in outs))
 
 
+#: Integer arrays of fewer entries make the factoring's kernel uncached: their random draw
+#: could fold as the rows do (all 1 at n = 3: review), and the kernel would then hold the value.
+_FEWEST_DRAWN = 64
+
+
+def _drawn(data: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Random 0/1 of ``data``'s shape and dtype, 0 and 1 both in every column (no fold of a
+    column every row shares)."""
+    values = rng.integers(0, 2, data.shape)
+    if data.ndim and data.shape[0] >= 2:
+        values[0], values[1] = 0, 1
+    return values.astype(data.dtype)
+
+
 def _factored(comps: list, wrt: Variable) -> tuple[tuple | None, bool]:
     """:func:`common_factor` of ``comps`` and whether no value of the rows is inline in it.
 
@@ -64,7 +78,8 @@ def _factored(comps: list, wrt: Variable) -> tuple[tuple | None, bool]:
     classes, group codes) stay constants, as their support checks fold only on their values:
     the factoring is then the data's own, and it is cached only where the same factoring on
     integers drawn at random (no two arrays equal, no column uniform) has the same ops and
-    one-value constants. Where the symbols hide the factor, it is found on the rows' values
+    one-value constants. Whether it is cached then says whether the rows' integers fold (the
+    cache is opt-in: README). Where the symbols hide the factor, it is found on the rows' values
     and not cached."""
     arrays = [c for c in graph_inputs(comps) if isinstance(c, TensorConstant) and c.data.size > 1]
     symbols = {c: c.type() for c in arrays if np.issubdtype(c.data.dtype, np.floating)}
@@ -74,22 +89,28 @@ def _factored(comps: list, wrt: Variable) -> tuple[tuple | None, bool]:
         found = common_factor(comps, wrt) if symbols else None
         return found, found is None
     rng = np.random.default_rng(0)  # the same check in every run
-    drawn = {
-        c: TensorConstant(c.type, rng.integers(0, 2, c.data.shape).astype(c.data.dtype))
-        for c in arrays
-        if c not in symbols
-    }
-    try:
-        other = found if not drawn else common_factor(graph_replace(on_symbols, drawn), wrt)
-    except Exception:  # a fold the drawn integers cannot take (an index out of range)
-        other = None
-    cacheable = other is not None and (
-        other is found or _shape_of([other[0], *other[2]]) == _shape_of([found[0], *found[2]])
-    )
+    drawn = {c: TensorConstant(c.type, _drawn(c.data, rng)) for c in arrays if c not in symbols}
+    cacheable = _same_on_draws(found, on_symbols, drawn, wrt)
     u, group, ks = found
     if symbols:
         u, *ks = graph_replace([u, *ks], {v: c for c, v in symbols.items()}, strict=False)
     return (u, group, ks), cacheable
+
+
+def _same_on_draws(found, on_symbols: list, drawn: dict, wrt: Variable) -> bool:
+    """Whether :func:`common_factor` of ``on_symbols`` with the integer arrays ``drawn`` at
+    random has the ops and one-value constants of ``found`` (the factoring on the rows)."""
+    if not drawn:
+        return True
+    if any(c.data.size < _FEWEST_DRAWN for c in drawn):  # a draw could fold as the rows do
+        return False
+    try:
+        other = common_factor(graph_replace(on_symbols, drawn), wrt)
+    except Exception:  # a fold the drawn integers cannot take (an index out of range)
+        return False
+    return other is not None and _shape_of([other[0], *other[2]]) == _shape_of(
+        [found[0], *found[2]]
+    )
 
 
 def _finite_or_zero(x: Variable) -> Variable:

@@ -544,7 +544,10 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     the release allows; their distance has the spread of :math:`A^{-1}b` over statistics drawn
     as the released ones minus noise of the release's own law (the residual release's
     statistics given the drawn ``A``, as :func:`surrogate_logp` reads them). The prior's pull is
-    not in it.
+    not in it, and where the noise rivals the signal (few rows, a residual sd small against the
+    outcome's range) the figure is rough: it is normalised by the release's own noisy residual
+    sd (a review measured sigma's error 2x above its figure at n = 1000, epsilon 2). ``inf``
+    where the noise leaves the covariates' Gram matrix indefinite in most draws, or n <= k.
 
     Returns
     -------
@@ -555,6 +558,9 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     """
     m = release.gram.shape[0]
     k = m - 1
+    unknown = {"error_sd": np.full(k + 1, np.inf), "largest": np.inf}
+    if release.n <= k:
+        return unknown
     rng = np.random.default_rng(20191)  # public post-processing: fixed, reproducible
     upper = np.triu(np.ones((k, k), bool))
     upper[0, 0] = False  # n is exact
@@ -570,7 +576,7 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
         betas.append(beta)
         sigmas.append(np.sqrt(max(c - b @ beta, 0.0) / (release.n - k)))
     if len(betas) < draws // 2:  # the noise swamps A: nothing to say but "large"
-        return {"error_sd": np.full(k + 1, np.inf), "largest": np.inf}
+        return unknown
     betas, sigmas = np.asarray(betas), np.asarray(sigmas)
     # encoded -> the model's intercept and coefficients (a linear map: the ratio is invariant)
     scale = np.r_[1.0, release.x_scale] / release.y_scale
@@ -578,7 +584,9 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     to_model[0, 1:] = release.x_shift / release.y_scale
     a_hat = _nearest_positive(release.gram[:k, :k], float(release.noise_sd[0, min(1, k - 1)]))
     b_hat, c_hat = _statistics_given(release, a_hat, None)
-    s2 = max(c_hat - b_hat @ np.linalg.solve(a_hat, b_hat), 0.0) / (release.n - k)
+    # the released residual sum of squares may be <= 0 (noise): floored at its noise sd
+    rss = c_hat - b_hat @ np.linalg.solve(a_hat, b_hat)
+    s2 = max(rss, _rss_noise_sd(release), 1e-12 * release.n) / (release.n - k)
     cov = s2 * to_model @ np.linalg.inv(a_hat) @ to_model.T
     sd_w = np.sqrt(np.diag(cov))
     sigma = np.sqrt(s2)
@@ -610,6 +618,15 @@ def _statistics_given(release: GramRelease, a: np.ndarray, rng) -> tuple[np.ndar
     c2 = res.squares + 2.0 * res.pilot @ b - res.pilot @ a @ res.pilot
     c = (float(release.gram[k, k]) / v1_c + c2 / v2_c) * vc - np.sqrt(vc) * z(1)[0]
     return b, float(c)
+
+
+def _rss_noise_sd(release: GramRelease) -> float:
+    """Sd of the noise on the outcome's sum of squares (both stages' where there are two)."""
+    k = release.gram.shape[0] - 1
+    v1 = float(release.noise_sd[k, k]) ** 2
+    if release.residual is None:
+        return float(np.sqrt(v1))
+    return float(np.sqrt(1.0 / (1.0 / v1 + 1.0 / release.residual.squares_sd**2)))
 
 
 def _nearest_positive(a: np.ndarray, floor: float) -> np.ndarray:

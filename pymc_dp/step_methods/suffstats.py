@@ -189,6 +189,9 @@ class DPSuffStats(DPStep):
             columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
         labels = ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
+        lg = self.linear
+        if not (self._constant.any() or lg.q in set(ancestors([lg.intercept]))):
+            labels, mean_abs = labels[1:], mean_abs[1:]  # no intercept in the model
         return json.dumps(
             {
                 "labels": labels,
