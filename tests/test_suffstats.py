@@ -734,3 +734,28 @@ def test_expected_error_is_never_nan():
     assert min(released_rss) <= 0  # not vacuous: the case that gave NaN is among them
     tiny = release_gram(design[:4], y[:4], **kw, noise=NoiseSource(0))
     assert np.isinf(expected_error(tiny)["error_sd"]).all()
+
+
+def test_expected_error_names_only_what_the_model_has():
+    """No ``intercept`` where the mean has none and no ``sigma`` where it is fixed (review: both
+    were labelled whatever the model)."""
+    import json
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, (500, 2))
+    y = X @ [1.0, -0.5] + rng.normal(0, 0.5, 500)
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Normal("y", Xd @ beta, 0.5, observed=y)
+        step = pdp.DPSuffStats(epsilon=2.0, outcome_bounds=(-5, 5), compile_kwargs=FAST)
+    assert json.loads(step.error_attr())["labels"] == ["X[0]", "X[1]"]
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        a, beta = pm.Normal("a", 0, 2), pm.Normal("beta", 0, 2, shape=2)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("y", a + Xd @ beta, s, observed=y)
+        step = pdp.DPSuffStats(epsilon=2.0, outcome_bounds=(-5, 5), compile_kwargs=FAST)
+    figures = json.loads(step.error_attr())
+    assert figures["labels"] == ["intercept", "X[0]", "X[1]", "sigma"]
+    assert len(figures["expected_error"]) == 4 and np.all(np.isfinite(figures["expected_error"]))

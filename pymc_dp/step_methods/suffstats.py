@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
@@ -161,7 +162,8 @@ class DPSuffStats(DPStep):
         self._constant_value = x_bounds[0][self._constant]
         vary = ~self._constant
         design, outcome = rows_of(self.linear, self.n_rows)
-        sigma_free = lik.vars and self.linear.q in set(ancestors([self.linear.sigma]))
+        sigma_free = bool(lik.vars) and self.linear.q in set(ancestors([self.linear.sigma]))
+        self._sigma_free = sigma_free
         self.release = release_two_stage(
             design[:, vary],
             outcome,
@@ -179,8 +181,8 @@ class DPSuffStats(DPStep):
         """How far the release's noise moves each posterior mean, in non-private posterior sds
         (:func:`~pymc_dp.linear_gaussian.expected_error`; the report's ``expected_error``), as
         a JSON attr: post-processing of the release. Labels: ``intercept`` (constant columns
-        folded in), the coefficient of each released design column by its container's name
-        (``X[1]``), ``sigma``."""
+        folded in; left out where the model has no intercept), the coefficient of each released
+        design column by its container's name (``X[1]``), ``sigma`` (where it is free)."""
         figures = expected_error(self.release)
         columns = []  # the design's columns, by the container they come from
         pairs = zip(self.linear.covariates, self.linear.widths, strict=True)
@@ -189,9 +191,10 @@ class DPSuffStats(DPStep):
             columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
         labels = ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
-        lg = self.linear
-        if not (self._constant.any() or lg.q in set(ancestors([lg.intercept]))):
-            labels, mean_abs = labels[1:], mean_abs[1:]  # no intercept in the model
+        keep = np.ones(len(labels), bool)
+        keep[0] = self._constant.any() or self._has_intercept()
+        keep[-1] = self._sigma_free  # a fixed noise sd has no posterior to move
+        labels, mean_abs = np.asarray(labels)[keep].tolist(), mean_abs[keep]
         return json.dumps(
             {
                 "labels": labels,
@@ -200,6 +203,20 @@ class DPSuffStats(DPStep):
                 "noise": float(mean_abs.max()),
             }
         )
+
+    def _has_intercept(self) -> bool:
+        """Whether the mean's intercept moves with the parameters (it is the mean at a design of
+        zeros: evaluated at two random points, no data)."""
+        lg = self.linear
+        if lg.q not in set(ancestors([lg.intercept])):
+            return False
+        try:
+            fn = pytensor.function([lg.q], lg.intercept, mode="FAST_COMPILE")
+        except Exception:  # it reads more than the point (a variable left out of vars)
+            return True
+        rng = np.random.default_rng(0)
+        points = rng.normal(size=(2, *lg.q.type.shape)).astype(lg.q.dtype)
+        return any(float(fn(p)) != 0.0 for p in points)
 
     @classmethod
     def _tunable(cls) -> bool:
