@@ -215,7 +215,7 @@ class DPSuffStats(DPStep):
         except Exception:  # it reads more than the point (a variable left out of vars)
             return True
         rng = np.random.default_rng(0)
-        points = rng.normal(size=(2, *lg.q.type.shape)).astype(lg.q.dtype)
+        points = rng.normal(size=(2, self.likelihood.dim)).astype(lg.q.dtype)
         return any(float(fn(p)) != 0.0 for p in points)
 
     @classmethod
