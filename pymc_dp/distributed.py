@@ -40,6 +40,7 @@ import pymc as pm
 from pymc.model import Model
 from pytensor.compile.sharedvalue import SharedVariable
 
+from pymc_dp import compiling
 from pymc_dp.boundary import (
     WITHHELD,
     DataRefusal,
@@ -51,7 +52,7 @@ from pymc_dp.boundary import (
     worker_safe,
 )
 from pymc_dp.graph import support_refusal
-from pymc_dp.likelihood import COMPILE_LOCK, PerRowLikelihood
+from pymc_dp.likelihood import PerRowLikelihood
 
 __all__ = [
     "DistributedLikelihood",
@@ -163,7 +164,7 @@ class RowShard:
         for name, value in data.items():  # the values only: dims and coords are the driver's
             model[name].set_value(convert_data(value))
         graph = dataclasses.replace(graph, n_rows=self.n_rows)
-        with COMPILE_LOCK:  # workers in threads of one process compile one at a time
+        with compiling.COMPILE_LOCK:  # workers in threads of one process compile one at a time
             self._unsupported = _outside_support(graph)
             if self._unsupported:
                 return
@@ -231,18 +232,17 @@ class RowShard:
 def _outside_support(graph) -> tuple[str, ...]:
     """Likelihood terms with a row outside its support (a -inf or NaN term at the model's
     initial point): the in-memory refusal of :func:`pymc_dp.graph.analyse`, per row."""
-    import pytensor
     from pytensor.compile.mode import Mode
 
     model = graph.model
     terms = getattr(graph, "terms", graph.observed)
-    fn = pytensor.function(
+    fn = compiling.function(
         model.value_vars,
         [t.term for t in terms],
         mode=Mode(linker="py", optimizer=None),
         on_unused_input="ignore",
     )
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     values = fn(*[np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars])
     return tuple(t.name for t, v in zip(terms, values, strict=True) if not np.isfinite(v).all())
 

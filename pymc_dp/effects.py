@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection
 from pytensor.compile.mode import Mode
@@ -48,6 +47,7 @@ from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor
 
+from pymc_dp import compiling
 from pymc_dp.graph import ModelGraph
 from pymc_dp.likelihood import PerRowLikelihood
 
@@ -115,7 +115,7 @@ class _Sinker:
         # keyed by the variable itself (kept alive), never by an id a freed one could reuse
         self._reads_private: dict[Variable, bool] = {}
         self._lengths: dict[Variable, int] = {}
-        self._point = graph.model.initial_point()
+        self._point = compiling.initial_point(graph.model)
 
     def length(self, var: Variable) -> int:
         """Length of a parameter vector at the initial point (public): static shapes may be
@@ -246,7 +246,7 @@ def _hierarchical(model, value: Variable) -> bool:
 
 
 def _evaluate(var: Variable, value_vars, point) -> np.ndarray:
-    fn = pytensor.function(list(value_vars), var, on_unused_input="ignore", mode=_FAST)
+    fn = compiling.function(list(value_vars), var, on_unused_input="ignore", mode=_FAST)
     return np.asarray(fn(*[point[v.name] for v in value_vars]))
 
 
@@ -293,7 +293,7 @@ class EffectLikelihood(PerRowLikelihood):
         self.base = base
         self.effects = effects
         self.centre, self.scale = moments
-        point = base.model.initial_point()
+        point = compiling.initial_point(base.model)
         start = {
             v.name: np.asarray(val)
             for v, val in zip(effects.inputs, self._psi_values(point), strict=True)
@@ -305,7 +305,7 @@ class EffectLikelihood(PerRowLikelihood):
         self._build(effects.rows, prior, self.vars, start, others=())
 
     def _psi_values(self, point: dict) -> list[np.ndarray]:
-        fn = pytensor.function(
+        fn = compiling.function(
             list(self.base.vars), list(self.effects.psi), on_unused_input="ignore", mode=_FAST
         )
         return [np.asarray(v) for v in fn(*[point[v.name] for v in self.base.vars])]
@@ -327,6 +327,6 @@ class EffectLikelihood(PerRowLikelihood):
 
         flat = pt.concatenate([pt.flatten(p) for p in self.effects.psi])
         (out,), q_in = join_nonshared_inputs(
-            self.model.initial_point(), [flat], self.base.vars, self.base.shared
+            compiling.initial_point(self.model), [flat], self.base.vars, self.base.shared
         )
         return graph_replace(out, {q_in: q}, strict=False)

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
 from pymc.distributions.distribution import SymbolicRandomVariable
@@ -74,6 +73,7 @@ from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.sort import ArgSortOp, SortOp
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
+from pymc_dp import compiling
 from pymc_dp.kernel_rewrites import provably_true
 
 __all__ = [
@@ -144,7 +144,7 @@ def _value_of(var: Variable) -> np.ndarray:
         return np.asarray(var.get_value(borrow=True))
     if isinstance(var, Constant):
         return np.asarray(var.data)
-    fn = pytensor.function([], var, mode=_CHECK_MODE)
+    fn = compiling.function([], var, mode=_CHECK_MODE)
     return np.asarray(fn())
 
 
@@ -950,7 +950,7 @@ def _row_potentials(
     n = _rows_of(observed[0]) if observed else None
     out = []
     graphs = model.replace_rvs_by_values(model.potentials)
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     for pot, g in zip(model.potentials, graphs, strict=True):
         if g.ndim == 0:
             continue
@@ -975,8 +975,8 @@ def _row_potentials(
 def _shape_at(model: Model, g: Variable, point: Mapping | None = None) -> tuple[int, ...]:
     if None not in g.type.shape:
         return tuple(int(s) for s in g.type.shape)
-    point = model.initial_point() if point is None else point
-    fn = pytensor.function(model.value_vars, g.shape, mode=_CHECK_MODE, on_unused_input="ignore")
+    point = compiling.initial_point(model) if point is None else point
+    fn = compiling.function(model.value_vars, g.shape, mode=_CHECK_MODE, on_unused_input="ignore")
     args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
     return tuple(int(s) for s in fn(*args))
 
@@ -1188,8 +1188,8 @@ def _check_finite(graph: ModelGraph) -> None:
 def _check_support(graph: ModelGraph) -> None:
     """Every observed value inside its distribution's support, checked at the initial point."""
     model = graph.model
-    point = model.initial_point()
-    fn = pytensor.function(
+    point = compiling.initial_point(model)
+    fn = compiling.function(
         model.value_vars,
         [o.term for o in graph.terms],
         mode=_CHECK_MODE,
@@ -1227,7 +1227,9 @@ def _parameter_refusal(graph: ModelGraph, point: dict) -> str:
     args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
     failing = []
     for o in graph.terms:
-        fn = pytensor.function(model.value_vars, o.term, mode=_CHECK_MODE, on_unused_input="ignore")
+        fn = compiling.function(
+            model.value_vars, o.term, mode=_CHECK_MODE, on_unused_input="ignore"
+        )
         try:
             with np.errstate(all="ignore"):
                 fn(*args)
@@ -1285,7 +1287,7 @@ class _RowTrials:
         self.inputs = inputs = [i for i in graph.row_inputs if i.var.owner is None]
         syms = [i.var.type() for i in inputs]
         swap = dict(zip([i.var for i in inputs], syms, strict=True))
-        self.fn = pytensor.function(
+        self.fn = compiling.function(
             [*model.value_vars, *syms],
             clone_replace(graph.rows, swap),
             mode=_CHECK_MODE,
@@ -1297,7 +1299,7 @@ class _RowTrials:
         # cannot show a dependence between rows: check the structure on public random rows
         self.values = [_distinct_rows(_value_of(i.var), i.row_axis, rng) for i in inputs]
         self.value_vars = model.value_vars
-        self.point = model.initial_point()
+        self.point = compiling.initial_point(model)
         self.n = n = graph.n_rows
         self.half = rng.random(n) < 0.5
         # one shift for every float input of a row keeps their order (a Censored's lower <=
@@ -1425,7 +1427,7 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
     if n < 4:
         return
     m = min(n - 1, _STRUCTURE_ROWS)
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     args = [np.asarray(point[v.name], dtype=v.dtype) for v in model.value_vars]
     rows = _without_data_checks(graph.rows, model.value_vars)
     data = set(graph.batch_inputs)
@@ -1444,7 +1446,7 @@ def _check_rows_stay_rows(graph: ModelGraph) -> None:
     boundary = list(dict.fromkeys(boundary))
     per_person = {}
     if boundary:
-        fn = pytensor.function(
+        fn = compiling.function(
             model.value_vars,
             [b.shape for b in boundary],
             mode=_CHECK_MODE,
@@ -1525,7 +1527,7 @@ def _evaluate_on_subsets(rows, inputs: dict, data: set, params, args, m: int):
             if v in reads and isinstance(v.type, TensorType)
         )
     )
-    fn = pytensor.function(
+    fn = compiling.function(
         [*params, idx],
         [*(v.shape for v in variables), *variables],
         mode=_CHECK_MODE,
@@ -1715,7 +1717,7 @@ def _forward_parameters(graph: ModelGraph, swap: dict, syms: list):
         return None, []
     try:
         outs = [clone_replace(p, swap) for p in model.replace_rvs_by_values(params)]
-        fn = pytensor.function(
+        fn = compiling.function(
             [*model.value_vars, *syms], outs, mode=_CHECK_MODE, on_unused_input="ignore"
         )
     except Exception:  # noqa: BLE001 - an extra check; the log-likelihood check stands alone

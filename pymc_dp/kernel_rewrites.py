@@ -42,6 +42,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.link.basic import JITLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar import basic as ps
 from pytensor.scalar.math import Sigmoid
@@ -51,10 +52,13 @@ from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import Subtensor
 
+from pymc_dp import compiling
+
 __all__ = [
     "bernoulli_logit",
     "common_factor",
     "drop_redundant_checks",
+    "narrowed",
     "numpy_mode",
     "hessian_fn",
     "optimise_rows",
@@ -520,11 +524,16 @@ def numpy_mode() -> Mode:
     Numba took 9 and 3.9 s (at d = 10, 22 s), and a pass takes 3 ms instead of 1. Nothing is
     written to disk (the Python linker caches no code).
     """
-    return (
-        Mode(linker="py", optimizer="fast_run")
-        .excluding("fusion", "add_mul_fusion")
-        .register((_NARROW, 49.2))
-    )
+    return narrowed(Mode(linker="py", optimizer="fast_run").excluding("fusion", "add_mul_fusion"))
+
+
+def narrowed(mode: Mode) -> Mode:
+    """``mode``, with every ``Elemwise`` of more than 32 inputs split where its linker evaluates
+    op by op (``Elemwise.perform`` refuses them): a sum of squared gradient components over 60
+    coordinates is one ``Add`` after canonicalize. A JIT linker (Numba) takes any width."""
+    if isinstance(mode.linker, JITLinker):
+        return mode
+    return mode.register((_NARROW, 49.2))
 
 
 def hessian_fn(cost: Variable, wrt: Variable):
@@ -534,6 +543,6 @@ def hessian_fn(cost: Variable, wrt: Variable):
     depend on ``wrt`` (a flat prior) has Hessian 0."""
     grad = pytensor.grad(cost, wrt, disconnected_inputs="ignore")
     hess = pytensor.gradient.jacobian(grad, wrt, disconnected_inputs="ignore", vectorize=True)
-    fn = pytensor.function([wrt], hess, mode=numpy_mode(), on_unused_input="ignore")
+    fn = compiling.function([wrt], hess, mode=numpy_mode(), on_unused_input="ignore")
     fn.trust_input = True
     return fn

@@ -32,7 +32,6 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.model import Model, modelcontext
-from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
@@ -44,15 +43,14 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
+from pymc_dp import compiling
 from pymc_dp.clipped_kernels import ClippedKernels
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
-from pymc_dp.kernel_rewrites import hessian_fn, numpy_mode, optimise_rows
+from pymc_dp.kernel_rewrites import hessian_fn, narrowed, numpy_mode, optimise_rows
 from pymc_dp.spending import data_fingerprint
 
 __all__ = ["PerRowLikelihood", "model_likelihood"]
 
-#: Serialises graph analysis and kernel compilation within a process (see ``_compile``).
-COMPILE_LOCK = threading.RLock()
 #: Whether numba may cache the compiled kernels on disk (PyTensor's compiledir): off unless the
 #: environment sets ``PYMC_DP_CACHE_KERNELS=1``. The kernels read every array of the rows from
 #: storage, but a value PyMC or PyTensor folds from them into one inline number (a covariate
@@ -149,7 +147,6 @@ _LOCKED: weakref.WeakSet = weakref.WeakSet()
 def _new_locks_after_fork() -> None:
     for kernel in list(_LOCKED):
         kernel._lock = threading.Lock()
-    COMPILE_LOCK._at_fork_reinit()  # in place: other modules hold this object
     _LIVE_LOCK._at_fork_reinit()
 
 
@@ -167,10 +164,17 @@ class _Serialised:
         # evaluated in NumPy: an overflow on one row would warn (or raise, under a user's
         # np.seterr), a side channel of that row's value (review); Numba kernels never warn
         self.quiet = quiet
+        self._dtypes = [i.variable.type.dtype for i in fn.maker.inputs if not i.shared]
         self._lock = threading.Lock()
         _LOCKED.add(self)
 
     def __call__(self, *args, **kwargs):
+        # trust_input: a Python float reaches the ops as it is, which Numba takes and PyTensor's
+        # Python linker does not (a step written with `bound = float(...)`)
+        args = [
+            a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
+            for a, t in zip(args, self._dtypes, strict=False)
+        ]
         with self._lock, np.errstate(all="ignore") if self.quiet else contextlib.nullcontext():
             out = self.fn(*args, **kwargs)
             # copied under the lock: a function compiled to reuse its output buffers
@@ -180,7 +184,7 @@ class _Serialised:
             return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __getattr__(self, name: str):
-        if name in ("fn", "_lock", "cache", "quiet"):  # unpickling: not set yet
+        if name in ("fn", "_lock", "cache", "quiet", "_dtypes"):  # unpickling: not set yet
             raise AttributeError(name)
         return getattr(self.fn, name)
 
@@ -194,7 +198,7 @@ class _Serialised:
 
 
 def _uncached_kernel(blob: bytes, quiet: bool = False) -> _Serialised:
-    with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
+    with compiling.COMPILE_LOCK, pytensor.config.change_flags(numba__cache=False):
         return _Serialised(pickle.loads(blob), cache=False, quiet=quiet)
 
 
@@ -218,13 +222,16 @@ class _StorageCompiler:
             # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
             # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
             kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
+        # a Python-linked mode (compile_kwargs, or PYTENSOR_FLAGS=mode=FAST_COMPILE) must take a
+        # sum over more than 32 coordinates
+        kwargs["mode"] = narrowed(get_mode(kwargs.get("mode")))
         outputs = self._rows_as_storage(outputs)
         # the folds may prove an input unused (no rows: a Dask driver's empty placeholder)
         kwargs.setdefault("on_unused_input", "ignore")
         # One compile at a time per process: change_flags and PyTensor's rewrite databases are
         # process-global, and Dask workers in threads (processes=False) compile concurrently
-        with COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
-            fn = pm_compile(inputs, outputs, **kwargs)
+        with compiling.COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
+            fn = compiling.pymc_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
         return _Serialised(fn, cache=cache, quiet=quiet)
 
@@ -288,7 +295,7 @@ class _StorageCompiler:
         if not folds:
             return outs
         todo = list(folds)
-        fn = pytensor.function([], todo, mode=Mode(linker="py", optimizer=None))
+        fn = compiling.function([], todo, mode=Mode(linker="py", optimizer=None))
         with np.errstate(all="ignore"):  # a row's overflow must not warn
             values = fn()
         swap = {
@@ -365,7 +372,7 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
             )
         self.vars = vars
         self.n_rows = self.graph.n_rows
-        point = model.initial_point()
+        point = compiling.initial_point(model)
         others = [v for v in model.value_vars if v not in vars]
         self._build(self.graph.rows, self.graph.prior, vars, point, others)
 
@@ -484,9 +491,11 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
 
     @cached_property
     def _prior_value_fn(self):
-        # evaluated once per chain start: the Python linker compiles in milliseconds
-        fn = pytensor.function(
-            [self._q], self._prior, mode=Mode(linker="py", optimizer="fast_compile")
+        # evaluated once per chain start: the Python linker compiles in milliseconds. PyMC's
+        # compile turns a failed parameter check (a scale of 0 where a walk reached log tau =
+        # -1000) into -inf, as in every other kernel: it raised, and the run failed (CI)
+        fn = compiling.pymc_compile(
+            [self._q], self._prior, mode=narrowed(Mode(linker="py", optimizer="fast_compile"))
         )
         fn.trust_input = True
         return _Serialised(fn, cache=self.n_rows > 1)

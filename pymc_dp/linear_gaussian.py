@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection
 from pytensor.compile.sharedvalue import SharedVariable
@@ -40,6 +39,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.tensor.random.basic import NormalRV
 
+from pymc_dp import compiling
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.checks import check_positive
 from pymc_dp.graph import _CHECK_MODE, DataInput, _value_of
@@ -161,7 +161,7 @@ def find_linear_gaussian(graph, vars=None, shared=None) -> LinearGaussian:
     mu_basis = pt.broadcast_to(mu_basis, (n,))
     intercept, coefs = mu_basis[0], mu_basis[1 : p + 1] - mu_basis[0]
     _check_affine(graph, vars_, shared, mu, (intercept, coefs), covariates, widths, term.name)
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     (intercept, coefs, sigma), q = _join(
         point, [intercept, coefs, pt.reshape(sigma, ())], vars_, shared
     )
@@ -178,7 +178,7 @@ def _check_affine(graph, vars_, shared, mu, parts, covariates, widths, name) -> 
     """``mu(Z, q) == w0(q) + Z w(q)`` on synthetic designs ``Z`` at random points ``q``."""
     model, n, p = graph.model, graph.n_rows, int(sum(widths))
     rng = np.random.default_rng(20191208)  # public: synthetic designs, no data
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     q0 = DictToArrayBijection.map({v.name: point[v.name] for v in vars_}).data
     outs, q = _join(point, [pt.broadcast_to(mu, (n,)), *parts], vars_, shared)
     integer = any(i.var.dtype.startswith(("int", "uint")) for i in covariates)
@@ -187,7 +187,7 @@ def _check_affine(graph, vars_, shared, mu, parts, covariates, widths, name) -> 
         if integer:
             design = np.round(design)
         swap = _split_design(design, covariates, widths)
-        fn = pytensor.function([q], graph_replace(outs, swap, strict=False), mode=_CHECK_MODE)
+        fn = compiling.function([q], graph_replace(outs, swap, strict=False), mode=_CHECK_MODE)
         q_at = q0 + rng.normal(scale=0.5, size=q0.size)
         try:
             with np.errstate(all="ignore"):

@@ -79,6 +79,7 @@ from pymc.model import Model, modelcontext
 from pymc.pytensorf import join_nonshared_inputs
 from scipy.special import ndtr, ndtri
 
+from pymc_dp import compiling
 from pymc_dp.budget import Budget
 from pymc_dp.checks import check_count, check_epsilon, check_positive
 from pymc_dp.graph import analyse
@@ -617,7 +618,7 @@ def _transformed_reads(model: Model, graph) -> list[str]:
 def _likelihood_mask(model: Model, graph) -> np.ndarray:
     """Raveled coordinates the likelihood reads (the anchored test's bound ignores the others),
     from the model's structure."""
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     reads = set(graph.likelihood_vars)
     return np.concatenate(
         [np.full(np.size(point[v.name]), v.name in reads) for v in model.value_vars]
@@ -708,13 +709,13 @@ def _largest_error(dim: int, within: float = 0.5, chance: float = 0.5) -> float:
 
 
 def _initial_q(model: Model) -> np.ndarray:
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     return DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
 
 
 def _prior_precision(model: Model, q0: np.ndarray) -> np.ndarray:
     """Diagonal of the prior's precision at the initial point (public)."""
-    point = model.initial_point()
+    point = compiling.initial_point(model)
     prior = model.logp(vars=model.free_RVs, jacobian=True)
     [prior], q = join_nonshared_inputs(point, [prior], model.value_vars, {})
     fn = hessian_fn(prior, q)

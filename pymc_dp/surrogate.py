@@ -44,6 +44,8 @@ import pymc as pm
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
+from pymc_dp import compiling
+
 __all__ = [
     "CENTRE_CAP",
     "WALK_LEFT",
@@ -68,7 +70,7 @@ def surrogate_model(
 
     model = likelihood.model
     (prior,), q_in = join_nonshared_inputs(
-        model.initial_point(), [likelihood.graph.prior], likelihood.vars, likelihood.shared
+        compiling.initial_point(model), [likelihood.graph.prior], likelihood.vars, likelihood.shared
     )
     with pm.Model(model=None) as sur:  # not a sub-model of the user's
         q = pm.Flat("q", shape=likelihood.dim)

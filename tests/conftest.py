@@ -6,6 +6,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import pytensor
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,3 +80,16 @@ def client():
         distributed.Client(cluster) as c,
     ):
         yield c
+
+
+@pytest.fixture(autouse=True)
+def _default_mode_unchanged():
+    """Fails the test after which PyTensor's process-wide default mode changed (compiles from
+    threads left it Python-linked in CI: every later test of that worker ran in NumPy); the mode
+    is restored so that later tests run as they should."""
+    before = pytensor.config.mode
+    yield
+    after = pytensor.config.mode
+    if after is not before and after != before:
+        pytensor.config.mode = before
+        pytest.fail(f"pytensor.config.mode changed during the test: {before!r} -> {after!r}")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pymc as pm
 from numpy.typing import NDArray
 from pymc.distributions.simulator import SimulatorRV
 from pymc.model import Model
@@ -23,6 +22,7 @@ from pytensor.graph.basic import Variable
 from pytensor.tensor.random.type import RandomGeneratorType
 from pytensor.tensor.type_other import NoneTypeT
 
+from pymc_dp import compiling
 from pymc_dp.graph import analyse_simulator
 
 __all__ = ["PriorSampler", "Simulation", "SimulatorModel", "simulate", "simulator_model"]
@@ -176,7 +176,7 @@ class PriorSampler:
         outputs = [*spec.var_outputs, *spec.params]
         if spec.size is not None:
             outputs.append(spec.size)
-        self._fn = pm.compile(inputs=[], outputs=outputs, random_seed=seed, mode=None)
+        self._fn = compiling.pymc_compile(inputs=[], outputs=outputs, random_seed=seed, mode=None)
         self._rngs = [v for v in self._fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
         self._nvars = len(spec.var_outputs)
         self._nparams = len(spec.params)

@@ -36,6 +36,7 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import log_ndtr
 
+from pymc_dp import compiling
 from pymc_dp.boundary import DataRefusal
 from pymc_dp.checks import check_count, check_positive
 
@@ -816,7 +817,7 @@ def lemma1_function(
     a_hat = family.pt_log_partition(eta) + log_mass  # Lemma 1
     mean = pytensor.grad(a_hat.sum(), eta)  # Eq. 3
     var = pytensor.grad(mean.sum(), eta)  # Eq. 4 (diagonal Hessian of a batch of scalars)
-    fn = pytensor.function([eta], [log_mass, mean, var], trust_input=True)
+    fn = compiling.function([eta], [log_mass, mean, var], trust_input=True)
 
     def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return tuple(fn(np.ascontiguousarray(x, dtype=np.float64)))  # type: ignore[return-value]

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pytensor
 import xarray as xr
 from numpy.typing import ArrayLike, NDArray
 from pymc.model import Model, modelcontext
@@ -34,6 +33,7 @@ from pytensor.graph.traversal import ancestors, graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from xarray import DataTree
 
+from pymc_dp import compiling
 from pymc_dp.checks import check_count, check_epsilon
 from pymc_dp.expfam.families import Binomial, Exponential, Family, Multinomial, Normal, Poisson
 from pymc_dp.expfam.gibbs import GibbsTrace, gibbs, naive_posterior
@@ -217,7 +217,7 @@ def _evaluate_constants(params: list[Variable], what: str) -> list[NDArray[np.fl
         )
     # NumPy, nothing compiled to disk: these may read the rows (review: numba's cache held
     # every per-row trial count of a model then refused)
-    fn = pytensor.function([], params, on_unused_input="ignore", mode=_NUMPY)
+    fn = compiling.function([], params, on_unused_input="ignore", mode=_NUMPY)
     return [np.asarray(v, dtype=np.float64) for v in fn()]
 
 
@@ -231,7 +231,7 @@ def _link(theta_rv: Variable, params: list[Variable]) -> Any:
             "the likelihood parameters depend on random variables other than the prior variable "
             f"{theta_rv.name!r}: only a single conjugate pair is supported ({_SUPPORTED})"
         )
-    fn = pytensor.function([theta_in], replaced, on_unused_input="ignore", mode=_NUMPY)
+    fn = compiling.function([theta_in], replaced, on_unused_input="ignore", mode=_NUMPY)
     return lambda t: [np.asarray(v, dtype=np.float64) for v in fn(t)]
 
 
@@ -430,7 +430,7 @@ def _public_deterministics(model: Model, theta: Variable) -> tuple:
             isinstance(v, Constant) and (v.data is None or np.size(v.data) <= 1) for v in inputs
         )
         if public:
-            fn = pytensor.function([theta_in], graph)
+            fn = compiling.function([theta_in], graph)
             kept.append((det.name, fn, tuple(model.named_vars_to_dims.get(det.name, ()) or ())))
         else:
             dropped.append(det.name)

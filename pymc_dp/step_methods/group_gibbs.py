@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.step_methods.step_sizes import DualAverageAdaptation
@@ -54,6 +53,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor
 from pytensor.tensor.variable import TensorConstant
 
+from pymc_dp import compiling
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.anchor import ANCHOR_NAME, release_anchor
 from pymc_dp.boundary import guarded
@@ -178,11 +178,14 @@ class _Structure:
         scale = graph_replace(x, {z: pt.ones_like(z)}, strict=False) - loc
         grid = pt.zeros((self.n_groups,), dtype=x.dtype)
         (loc_q, scale_q, x_q), q = join_nonshared_inputs(
-            base.model.initial_point(), [loc + grid, scale + grid, x], base.vars, base.shared
+            compiling.initial_point(base.model),
+            [loc + grid, scale + grid, x],
+            base.vars,
+            base.shared,
         )
-        self._fn = pytensor.function([q], [loc_q, scale_q, x_q], mode=_FAST)
+        self._fn = compiling.function([q], [loc_q, scale_q, x_q], mode=_FAST)
         self._fn.trust_input = True
-        q0 = base.ravel(base.model.initial_point())
+        q0 = base.ravel(compiling.initial_point(base.model))
         rng = np.random.default_rng(_CHECK_SEED)
         for _ in range(3):  # public points: the model's initial point, moved by a fixed seed
             qk = q0 + 0.5 * rng.standard_normal(q0.size)
@@ -238,7 +241,7 @@ def _group_column(effects, structure: _Structure, n_rows: int) -> np.ndarray:
     (idx,) = effects.effects.indices
     # the values the kernels embed (frozen when they were built), not the live container
     idx = graph_replace(idx, effects._frozen, strict=False)
-    groups = np.asarray(pytensor.function([], idx, mode=_FAST)(), dtype=np.int64)
+    groups = np.asarray(compiling.function([], idx, mode=_FAST)(), dtype=np.int64)
     if groups.shape != (n_rows,):
         raise ValueError(
             "DPGroupGibbs needs one group index per row; the group column's shape differs "
@@ -460,7 +463,7 @@ class DPGroupGibbs(DPStep):
         self._hyper_adapt = DualAverageAdaptation(0.5, 0.3, 0.05, 0.75, 10)
         # start: a draw of the private fit for (a, beta), the model's initial hyperparameters
         psi = self.warm.draw(self.rng)
-        q = self.likelihood.ravel(self.likelihood.model.initial_point()).astype(float)
+        q = self.likelihood.ravel(compiling.initial_point(self.likelihood.model)).astype(float)
         hyper = self._structure.hyper
         for _ in range(100):  # a scale of 0 there (tau ~ Normal(0, 1)) maps no effect to z
             _, scale = self._structure.loc_scale(q)

@@ -27,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 import pytensor.tensor as pt
 
+from pymc_dp import compiling
 from pymc_dp.boundary import guarded
 from pymc_dp.checks import check_count, check_positive, check_probability
 from pymc_dp.likelihood import PerRowLikelihood
@@ -335,7 +336,7 @@ class DPLaplace(DPStep):
         fit is in the effects' coordinates (public either way)."""
         if self._effects is None:
             return self.warm.mean
-        return self.likelihood.ravel(self.likelihood.model.initial_point())
+        return self.likelihood.ravel(compiling.initial_point(self.likelihood.model))
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         if self.nuts:

@@ -19,11 +19,11 @@ from typing import ClassVar
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
+from pymc_dp import compiling
 from pymc_dp.budget import WARM_START_STREAM
 from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
@@ -211,7 +211,7 @@ class DPSuffStats(DPStep):
         if lg.q not in set(ancestors([lg.intercept])):
             return False
         try:
-            fn = pytensor.function([lg.q], lg.intercept, mode="FAST_COMPILE")
+            fn = compiling.function([lg.q], lg.intercept, mode="FAST_COMPILE")
         except Exception:  # it reads more than the point (a variable left out of vars)
             return True
         rng = np.random.default_rng(0)
@@ -256,7 +256,7 @@ class DPSuffStats(DPStep):
     def sample_surrogate(self, draws: int, rng: np.random.Generator) -> tuple:
         """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
         divergences."""
-        q0 = self.likelihood.ravel(self.likelihood.model.initial_point())
+        q0 = self.likelihood.ravel(compiling.initial_point(self.likelihood.model))
         return sample_chain(
             self.surrogate_model(),
             draws=draws,

@@ -82,6 +82,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import brentq
 
+from pymc_dp import compiling
 from pymc_dp.accounting.ledger import GaussianMechanism
 from pymc_dp.checks import check_count, check_positive
 from pymc_dp.likelihood import PerRowLikelihood
@@ -406,7 +407,11 @@ def warm_start(
     if hess_clip is not None:
         check_positive(hess_clip, "hess_clip")
     steps = check_count(steps, "steps", minimum=1)
-    q = likelihood.ravel(likelihood.model.initial_point()) if start is None else np.array(start)
+    q = (
+        likelihood.ravel(compiling.initial_point(likelihood.model))
+        if start is None
+        else np.array(start)
+    )
     # the public pieces compile (and may fail) before the first release, not after it
     with np.errstate(all="ignore"):
         likelihood.prior_value(q), likelihood.prior_hessian(q)
