@@ -19,7 +19,7 @@ import pytensor
 from pymc.model import Model
 from pymc.pytensorf import compile as _pm_compile
 
-__all__ = ["COMPILE_LOCK", "function", "initial_point", "pymc_compile"]
+__all__ = ["COMPILE_LOCK", "function", "initial_point", "locked", "pymc_compile"]
 
 #: Held by every compile of pymc-dp (re-entrant: a compile may run inside a held section, e.g.
 #: a likelihood built while a Dask worker holds it).
@@ -44,5 +44,19 @@ def initial_point(model: Model) -> dict:
         return model.initial_point()
 
 
-# a lock held by another thread at a fork would never be released in the child (a chain process)
-os.register_at_fork(after_in_child=COMPILE_LOCK._at_fork_reinit)
+def locked(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` under :data:`COMPILE_LOCK`: a PyMC call that compiles inside
+    (``pm.draw``, ``pm.sample`` on a surrogate, posterior predictive draws). Never a call that
+    waits on Dask workers (they compile under the lock: it would never be released)."""
+    with COMPILE_LOCK:
+        return fn(*args, **kwargs)
+
+
+# A fork waits for a compile in another thread to end: the child would keep that compile's
+# temporary config.mode and numba__cache (PyMC forks chain processes), and a lock another
+# thread held at the fork would never be released in the child.
+os.register_at_fork(
+    before=COMPILE_LOCK.acquire,
+    after_in_parent=COMPILE_LOCK.release,
+    after_in_child=COMPILE_LOCK._at_fork_reinit,
+)

@@ -37,6 +37,7 @@ import xarray as xr
 from threadpoolctl import threadpool_limits
 
 import pymc_dp as pdp
+from pymc_dp import compiling
 from pymc_dp.examples import synthetic_patients
 
 __all__ = ["main"]
@@ -188,7 +189,8 @@ def main(out_dir: str | Path = "demo_output", quick: bool = False) -> None:
         with warnings.catch_warnings():
             # The non-private reference: plain PyMC on the same model, for comparison only.
             warnings.simplefilter("ignore", UserWarning)
-            idata_nuts = pm.sample(
+            idata_nuts = compiling.locked(
+                pm.sample,
                 draws=300,
                 tune=300,
                 chains=2,

@@ -262,8 +262,11 @@ def prior_moments(model, value_vars, psi) -> tuple[np.ndarray, np.ndarray] | Non
         to_rv[value] = rv if transform is None else transform.forward(rv, *rv.owner.inputs)
     flat = pt.concatenate([pt.flatten(p) for p in psi])
     try:  # the prior reads no private data (refused by the analysis): its errors are public
-        draws = pm.draw(
-            graph_replace(flat, to_rv, strict=False), draws=PRIOR_DRAWS, random_seed=PRIOR_SEED
+        draws = compiling.locked(
+            pm.draw,
+            graph_replace(flat, to_rv, strict=False),
+            draws=PRIOR_DRAWS,
+            random_seed=PRIOR_SEED,
         )
     except Exception:  # noqa: BLE001 - no sampler for some prior: the model's own coordinates
         return None

@@ -60,6 +60,7 @@ __all__ = [
     "drop_redundant_checks",
     "narrowed",
     "numpy_mode",
+    "python_linked",
     "hessian_fn",
     "optimise_rows",
     "provably_true",
@@ -531,9 +532,15 @@ def narrowed(mode: Mode) -> Mode:
     """``mode``, with every ``Elemwise`` of more than 32 inputs split where its linker evaluates
     op by op (``Elemwise.perform`` refuses them): a sum of squared gradient components over 60
     coordinates is one ``Add`` after canonicalize. A JIT linker (Numba) takes any width."""
-    if isinstance(mode.linker, JITLinker):
-        return mode
-    return mode.register((_NARROW, 49.2))
+    query = mode.provided_optimizer
+    done = any(r is _NARROW for r, _ in getattr(query, "extra_rewrites", ()))
+    return mode if not python_linked(mode) or done else mode.register((_NARROW, 49.2))
+
+
+def python_linked(mode: Mode) -> bool:
+    """Whether ``mode`` evaluates op by op (NumPy ufuncs: they warn on an overflow, and take at
+    most 32 operands), not as one JIT-compiled function."""
+    return not isinstance(mode.linker, JITLinker)
 
 
 def hessian_fn(cost: Variable, wrt: Variable):

@@ -46,7 +46,13 @@ from pytensor.tensor.type import TensorType, discrete_dtypes
 from pymc_dp import compiling
 from pymc_dp.clipped_kernels import ClippedKernels
 from pymc_dp.graph import ModelGraph, analyse, batch_graph
-from pymc_dp.kernel_rewrites import hessian_fn, narrowed, numpy_mode, optimise_rows
+from pymc_dp.kernel_rewrites import (
+    hessian_fn,
+    narrowed,
+    numpy_mode,
+    optimise_rows,
+    python_linked,
+)
 from pymc_dp.spending import data_fingerprint
 
 __all__ = ["PerRowLikelihood", "model_likelihood"]
@@ -170,7 +176,10 @@ class _Serialised:
 
     def __call__(self, *args, **kwargs):
         # trust_input: a Python float reaches the ops as it is, which Numba takes and PyTensor's
-        # Python linker does not (a step written with `bound = float(...)`)
+        # Python linker does not (a step written with `bound = float(...)`); an extra argument
+        # would be written into the rows' storage (review)
+        if len(args) > len(self._dtypes):
+            raise TypeError(f"a kernel of {len(self._dtypes)} inputs called with {len(args)}")
         args = [
             a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
             for a, t in zip(args, self._dtypes, strict=False)
@@ -214,25 +223,29 @@ class _StorageCompiler:
         rows are many (see ``_NUMPY_MAX_ROWS``)."""
         cache = CACHE_KERNELS and cache and self.n_rows > 1  # one row: a one-value array
         kwargs = dict(self._compile_kwargs)
-        quiet = few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS
-        if quiet:
-            kwargs["mode"], cache = numpy_mode(), False
-        if self._idx in inputs:
-            # Batch kernels gather rows first, in tight loops. Fused into the arithmetic loop
-            # (PyTensor's indexed reads), each row's cache miss at large n stalls that loop:
-            # measured at b = 1000, n = 1e6, 4x the growth of a plain gather, against 1.3x.
-            kwargs["mode"] = get_mode(kwargs.get("mode")).excluding("fuse_indexed_into_elemwise")
-        # a Python-linked mode (compile_kwargs, or PYTENSOR_FLAGS=mode=FAST_COMPILE) must take a
-        # sum over more than 32 coordinates
-        kwargs["mode"] = narrowed(get_mode(kwargs.get("mode")))
         outputs = self._rows_as_storage(outputs)
         # the folds may prove an input unused (no rows: a Dask driver's empty placeholder)
         kwargs.setdefault("on_unused_input", "ignore")
         # One compile at a time per process: change_flags and PyTensor's rewrite databases are
-        # process-global, and Dask workers in threads (processes=False) compile concurrently
-        with compiling.COMPILE_LOCK, pytensor.config.change_flags(numba__cache=cache):
-            fn = compiling.pymc_compile(inputs, outputs, **kwargs)
+        # process-global, and Dask workers in threads (processes=False) compile concurrently.
+        # The default mode is read under the lock too: another thread's compile sets it to its
+        # own while it rewrites (review: a kernel compiled in the other thread's Python linker).
+        with compiling.COMPILE_LOCK:
+            if few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS:
+                kwargs["mode"], cache = numpy_mode(), False
+            mode = get_mode(kwargs.get("mode"))
+            if self._idx in inputs:
+                # Batch kernels gather rows first, in tight loops. Fused into the arithmetic
+                # loop (PyTensor's indexed reads), each row's cache miss at large n stalls that
+                # loop: measured at b = 1000, n = 1e6, 4x the growth of a plain gather (1.3x).
+                mode = mode.excluding("fuse_indexed_into_elemwise")
+            kwargs["mode"] = narrowed(mode)  # a Python linker: sums over > 32 coordinates
+            with pytensor.config.change_flags(numba__cache=cache):
+                fn = compiling.pymc_compile(inputs, outputs, **kwargs)
         fn.trust_input = True
+        # evaluated in NumPy (numpy_mode, or a Python-linked mode asked for): an overflow on one
+        # row would warn, a side channel of its value (review); Numba kernels never warn
+        quiet = python_linked(mode)
         return _Serialised(fn, cache=cache, quiet=quiet)
 
     def _rows_as_storage(self, outputs):

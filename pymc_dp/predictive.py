@@ -20,6 +20,7 @@ from pymc.model import Model, modelcontext
 from pytensor.compile.sharedvalue import SharedVariable
 from xarray import DataTree
 
+from pymc_dp import compiling
 from pymc_dp.graph import _forward_inputs, analyse
 
 __all__ = ["posterior_predictive"]
@@ -167,7 +168,8 @@ def _set_data(model, values) -> None:
 def _predict(model, values, idata, targets, random_seed) -> DataTree:
     _set_data(model, values)
     with model:
-        return pm.sample_posterior_predictive(
+        return compiling.locked(
+            pm.sample_posterior_predictive,
             idata,
             var_names=targets,
             predictions=True,

@@ -95,7 +95,8 @@ def sample_chain(
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        idata = pm.sample(
+        idata = compiling.locked(  # NUTS on the surrogate: no rows, no Dask worker
+            pm.sample,
             draws=draws,
             tune=tune,
             chains=1,

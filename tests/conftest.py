@@ -15,6 +15,7 @@ import models  # noqa: E402
 import toy_step  # noqa: E402, F401  (registers a test-only step: the contract runs it too)
 
 import pymc_dp as pdp  # noqa: E402
+from pymc_dp import compiling  # noqa: E402
 from pymc_dp.examples import banana  # noqa: E402
 
 MODEL_BUILDERS = {
@@ -87,9 +88,12 @@ def _default_mode_unchanged():
     """Fails the test after which PyTensor's process-wide default mode changed (compiles from
     threads left it Python-linked in CI: every later test of that worker ran in NumPy); the mode
     is restored so that later tests run as they should."""
-    before = pytensor.config.mode
+    with compiling.COMPILE_LOCK:  # not while a Dask worker's compile has set it for itself
+        before = pytensor.config.mode
     yield
-    after = pytensor.config.mode
+    with compiling.COMPILE_LOCK:
+        after = pytensor.config.mode
+        if after is not before and after != before:
+            pytensor.config.mode = before
     if after is not before and after != before:
-        pytensor.config.mode = before
         pytest.fail(f"pytensor.config.mode changed during the test: {before!r} -> {after!r}")

@@ -26,8 +26,9 @@ from pymc_dp import compiling
 PACKAGE = Path(pdp.__file__).parent
 #: What compiles a PyTensor graph (``model.initial_point()`` compiles one in PyMC).
 _COMPILES = re.compile(
-    r"pytensor\.function\(|\bpm\.compile\(|pytensorf import compile|\.initial_point\(\)"
-    r"|from pytensor import function"
+    r"pytensor\.function\(|pytensorf import compile|from pytensor import function"
+    r"|\bpm\.(compile|sample|draw|sample_posterior_predictive|sample_prior_predictive)\("
+    r"|\.initial_point\(\)|\.compile_(logp|dlogp|d2logp|fn)\(|\.eval\("
 )
 
 
