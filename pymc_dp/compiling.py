@@ -47,7 +47,9 @@ def initial_point(model: Model) -> dict:
 def locked(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` under :data:`COMPILE_LOCK`: a PyMC call that compiles inside
     (``pm.draw``, ``pm.sample`` on a surrogate, posterior predictive draws). Never a call that
-    waits on Dask workers (they compile under the lock: it would never be released)."""
+    waits on another thread which compiles or forks (Dask workers in threads, a pool refilling
+    its processes): that thread waits for the lock, which is never released. Other threads'
+    compiles and forks wait until ``fn`` returns."""
     with COMPILE_LOCK:
         return fn(*args, **kwargs)
 

@@ -122,12 +122,14 @@ def model_likelihood(
         args = _frozen((row_dim, row_axes, tuple(public), compile_kwargs))
     except _Untrusted:  # e.g. a Mode object in compile_kwargs: no sharing
         return made
+    with compiling.COMPILE_LOCK:  # not another thread's mode while it compiles
+        mode = str(pytensor.config.mode)
     key = (
         id(model),
         tuple(id(v) for v in vars),
         tuple(id(v) for v in model.named_vars.values()),
         args,
-        str(pytensor.config.mode),
+        mode,
         pytensor.config.floatX,
     )
     made.fingerprint = data_fingerprint(model, graph, rows_only=True)

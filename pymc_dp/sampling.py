@@ -9,7 +9,9 @@ private data, the DP step's declared privatised stats, and the privacy ledger in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ import pymc as pm
 from pymc.model import Model, modelcontext
 from xarray import DataTree
 
+from pymc_dp import compiling
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.accounting.ledger import GAUSSIAN_ACCOUNTANT, LEDGER_ATTR, PrivacyLedger
 from pymc_dp.boundary import guarded
@@ -141,6 +144,10 @@ def sample(
 ) -> DataTree:
     """Run ``pm.sample`` with a DP step and return an output that is safe to publish.
 
+    The run holds pymc-dp's compile lock (:mod:`pymc_dp.compiling`; not with rows on Dask
+    workers): PyMC compiles inside it, and a compile in another thread at the same time could
+    change the process's default mode. Runs from several threads of one process take turns.
+
     Parameters
     ----------
     draws, tune, chains, cores, random_seed
@@ -195,20 +202,25 @@ def sample(
     if noise_seed is not None:
         plan = _with_noise_seed(step, plan, noise_seed)
     step.use_plan(plan)
-    try:  # PyMC's and PyTensor's errors while sampling may print inputs: replaced
-        idata = guarded(
-            f"Sampling with {type(step).__name__}",
-            pm.sample,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            cores=cores,
-            random_seed=random_seed,
-            step=step,
-            model=model,
-            var_names=_public_var_names(model, step.likelihood.graph),
-            **kwargs,
-        )
+    # PyMC compiles inside (initial points, the trace): under the lock, so that a compile in
+    # another thread cannot change the default mode (review), unless the rows are on Dask workers
+    # of this process, which compile under the lock while the run waits on them
+    lock = contextlib.nullcontext() if _on_workers(step) else compiling.COMPILE_LOCK
+    try:
+        with lock:  # PyMC's and PyTensor's errors while sampling may print inputs: replaced
+            idata = guarded(
+                f"Sampling with {type(step).__name__}",
+                pm.sample,
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                cores=cores,
+                random_seed=random_seed,
+                step=step,
+                model=model,
+                var_names=_public_var_names(model, step.likelihood.graph),
+                **kwargs,
+            )
     finally:
         step.use_plan(None)
     idata = sanitize(idata, model, step=step)
@@ -224,6 +236,13 @@ def sample(
             )
         )
     return idata
+
+
+def _on_workers(step) -> bool:
+    """Whether ``step`` reads rows held by Dask workers (none unless pymc_dp.distributed was
+    imported: it imports Dask)."""
+    module = sys.modules.get("pymc_dp.distributed")
+    return module is not None and isinstance(step.likelihood, module.DistributedLikelihood)
 
 
 def _public_var_names(model: Model, graph: ModelGraph) -> list[str]:

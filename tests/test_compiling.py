@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -24,23 +25,51 @@ import pymc_dp as pdp
 from pymc_dp import compiling
 
 PACKAGE = Path(pdp.__file__).parent
-#: What compiles a PyTensor graph (``model.initial_point()`` compiles one in PyMC).
+#: What compiles a PyTensor graph (``model.initial_point()`` compiles one in PyMC), called or
+#: passed on (``compiling.locked(pm.draw, ...)``).
 _COMPILES = re.compile(
-    r"pytensor\.function\(|pytensorf import compile|from pytensor import function"
-    r"|\bpm\.(compile|sample|draw|sample_posterior_predictive|sample_prior_predictive)\("
-    r"|\.initial_point\(\)|\.compile_(logp|dlogp|d2logp|fn)\(|\.eval\("
+    r"pytensor\.function\b|pytensorf import compile|from pytensor import function|compile_pymc"
+    r"|\bpm\.(compile|sample|draw|sample_posterior_predictive|sample_prior_predictive)\b(?!_)"
+    r"|(?<!compiling)\.initial_point\(|\.compile_(logp|dlogp|d2logp|fn)\b|\.eval\(|point_logps"
 )
+#: The one compile passed on outside ``compiling.locked``: the run of ``pdp.sample``, under the
+#: lock unless the rows are on Dask workers of this process (they compile under it meanwhile).
+_ALLOWED = {("sampling.py", "pm.sample,")}
+
+
+def _code_lines(path: Path) -> list[str]:
+    """The lines of ``path`` with strings and comments blanked (prose may name ``pm.sample``)."""
+    lines = [list(line) for line in path.read_text().splitlines()]
+    with path.open() as f:
+        for tok in tokenize.generate_tokens(f.readline):
+            if tok.type in (tokenize.STRING, tokenize.COMMENT, tokenize.FSTRING_MIDDLE):
+                (r0, c0), (r1, c1) = tok.start, tok.end
+                for r in range(r0, r1 + 1):
+                    lo = c0 if r == r0 else 0
+                    hi = c1 if r == r1 else len(lines[r - 1])
+                    lines[r - 1][lo:hi] = " " * (hi - lo)
+    return ["".join(line) for line in lines]
+
+
+def _compiles_outside_the_lock() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "compiling.py":
+            continue
+        lines = _code_lines(path)
+        for k, code in enumerate(lines):
+            if not _COMPILES.search(code):
+                continue
+            before = lines[k - 1].rstrip() if k else ""
+            if "compiling.locked(" in code or before.endswith("compiling.locked("):
+                continue
+            if (str(path.relative_to(PACKAGE)), code.strip()) not in _ALLOWED:
+                found.append(f"{path.relative_to(PACKAGE)}:{k + 1}: {code.strip()}")
+    return found
 
 
 def test_the_package_compiles_only_under_the_lock():
-    found = [
-        f"{path.relative_to(PACKAGE)}:{k}: {line.strip()}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.name != "compiling.py"
-        for k, line in enumerate(path.read_text().splitlines(), 1)
-        if _COMPILES.search(line.split("#")[0]) and not line.lstrip().startswith(("``", ":"))
-    ]
-    assert found == []
+    assert _compiles_outside_the_lock() == []
 
 
 def test_compiles_from_threads_leave_the_default_mode():
