@@ -41,6 +41,7 @@ from pytensor.graph.op import Op
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
+from pytensor.link.basic import JITLinker
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
 from pymc_dp import compiling
@@ -172,20 +173,23 @@ class _Serialised:
         # evaluated in NumPy: an overflow on one row would warn (or raise, under a user's
         # np.seterr), a side channel of that row's value (review); Numba kernels never warn
         self.quiet = quiet
-        self._dtypes = [i.variable.type.dtype for i in fn.maker.inputs if not i.shared]
+        dtypes = [i.variable.type.dtype for i in fn.maker.inputs if not i.shared]
+        self._n_inputs = len(dtypes)
+        # Numba takes a Python float as it is; PyTensor's Python linker does not (trust_input)
+        self._dtypes = None if isinstance(fn.maker.linker, JITLinker) else dtypes
         self._lock = threading.Lock()
         _LOCKED.add(self)
 
     def __call__(self, *args, **kwargs):
-        # trust_input: a Python float reaches the ops as it is, which Numba takes and PyTensor's
-        # Python linker does not (a step written with `bound = float(...)`); an extra argument
-        # would be written into the rows' storage (review)
-        if len(args) > len(self._dtypes):
-            raise TypeError(f"a kernel of {len(self._dtypes)} inputs called with {len(args)}")
-        args = [
-            a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
-            for a, t in zip(args, self._dtypes, strict=False)
-        ]
+        # trust_input: an extra argument would be written into the rows' storage (review), and
+        # a Python float reaches the ops as it is (a step written with `bound = float(...)`)
+        if len(args) > self._n_inputs:
+            raise TypeError(f"a kernel of {self._n_inputs} inputs called with {len(args)}")
+        if self._dtypes is not None:
+            args = [
+                a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
+                for a, t in zip(args, self._dtypes, strict=False)
+            ]
         with self._lock, np.errstate(all="ignore") if self.quiet else contextlib.nullcontext():
             out = self.fn(*args, **kwargs)
             # copied under the lock: a function compiled to reuse its output buffers
@@ -195,7 +199,7 @@ class _Serialised:
             return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __getattr__(self, name: str):
-        if name in ("fn", "_lock", "cache", "quiet", "_dtypes"):  # unpickling: not set yet
+        if name in ("fn", "_lock", "cache", "quiet", "_dtypes", "_n_inputs"):  # unpickling
             raise AttributeError(name)
         return getattr(self.fn, name)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
+import pytest
 from pytensor.compile.mode import Mode
 
 import pymc_dp as pdp
@@ -112,6 +113,10 @@ def test_a_python_linked_mode_sums_over_many_coordinates_and_takes_python_floats
     ratio = fast.ratio_kernel()(q_new, q, 1e12)[0]
     expected = fast.logp_rows(q_new).sum() - fast.logp_rows(q).sum()
     np.testing.assert_allclose(ratio, expected, rtol=1e-12)
+    for lik in (fast, numba):  # an extra argument was written into the rows' storage (review)
+        with pytest.raises(TypeError, match="3 inputs called with 4"):
+            lik.ratio_kernel()(q_new, q, np.asarray(1.0), np.arange(3))
+    np.testing.assert_allclose(numba.ratio_kernel()(q_new, q, 1e12)[0], expected, rtol=1e-12)
 
 
 def test_the_prior_value_is_minus_inf_where_a_parameter_check_fails():
