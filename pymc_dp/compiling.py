@@ -3,11 +3,12 @@
 PyTensor's ``FunctionMaker`` sets the process-wide ``config.mode`` to the mode it compiles with
 (``config.change_flags``) while it rewrites, and restores it after; two threads compiling at once
 can restore each other's value, leaving a mode one of them asked for as the default of every later
-compile. Measured: two threads compiling 1 000 small functions each, one in the Python linker,
-left ``config.mode`` a Python-linked mode in 2 of 4 runs. In CI, Dask workers in threads compiled
-beside the driver: every later kernel of that process ran op by op in NumPy (the suite 1.6x
-slower, and a sum over 60 coordinates refused by ``Elemwise.perform``). So pymc-dp compiles only
-here, under one lock; steps may still be built from several threads (they wait for each other).
+compile. Measured: two threads compiling 300 small functions each, one in the Python linker,
+left ``config.mode`` a Python-linked mode in 4 of 4 runs. In CI, Dask workers in threads compiled
+beside the driver: every later kernel of that process ran op by op in NumPy (the suite took 48
+min against 30, and a sum over 60 coordinates was refused by ``Elemwise.perform``). So pymc-dp
+compiles only here, under one lock; steps may still be built from several threads (they wait for
+each other), and ``pdp.sample`` runs from several threads take turns.
 """
 
 from __future__ import annotations
