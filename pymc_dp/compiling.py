@@ -8,7 +8,8 @@ left ``config.mode`` a Python-linked mode in 4 of 4 runs. In CI, Dask workers in
 beside the driver: every later kernel of that process ran op by op in NumPy (the suite took 48
 min against 30, and a sum over 60 coordinates was refused by ``Elemwise.perform``). So pymc-dp
 compiles only here, under one lock; steps may still be built from several threads (they wait for
-each other), and ``pdp.sample`` runs from several threads take turns.
+each other), and ``pdp.sample`` runs from several threads take turns. PyTensor's maintainers:
+"PyTensor compilation isn't thread safe" (pymc-devs/pymc#7819, 2025).
 """
 
 from __future__ import annotations
