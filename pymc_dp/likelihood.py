@@ -41,7 +41,6 @@ from pytensor.graph.op import Op
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
-from pytensor.link.basic import JITLinker
 from pytensor.tensor.type import TensorType, discrete_dtypes
 
 from pymc_dp import compiling
@@ -173,23 +172,22 @@ class _Serialised:
         # evaluated in NumPy: an overflow on one row would warn (or raise, under a user's
         # np.seterr), a side channel of that row's value (review); Numba kernels never warn
         self.quiet = quiet
-        dtypes = [i.variable.type.dtype for i in fn.maker.inputs if not i.shared]
-        self._n_inputs = len(dtypes)
-        # Numba takes a Python float as it is; PyTensor's Python linker does not (trust_input)
-        self._dtypes = None if isinstance(fn.maker.linker, JITLinker) else dtypes
+        self._dtypes = [i.variable.type.dtype for i in fn.maker.inputs if not i.shared]
+        self._n_inputs = len(self._dtypes)
         self._lock = threading.Lock()
         _LOCKED.add(self)
 
     def __call__(self, *args, **kwargs):
         # trust_input: an extra argument would be written into the rows' storage (review), and
-        # a Python float reaches the ops as it is (a step written with `bound = float(...)`)
+        # a Python float or list reaches the ops as it is (a step written with `bound = float(..)`):
+        # PyTensor's Python linker refuses it, and Numba compiles the kernel again for its type
+        # (review: 0.3-0.6 s for each new scalar type), so every argument becomes an array here
         if len(args) > self._n_inputs:
             raise TypeError(f"a kernel of {self._n_inputs} inputs called with {len(args)}")
-        if self._dtypes is not None:
-            args = [
-                a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
-                for a, t in zip(args, self._dtypes, strict=False)
-            ]
+        args = [
+            a if isinstance(a, np.ndarray) else np.asarray(a, dtype=t)
+            for a, t in zip(args, self._dtypes, strict=False)
+        ]
         with self._lock, np.errstate(all="ignore") if self.quiet else contextlib.nullcontext():
             out = self.fn(*args, **kwargs)
             # copied under the lock: a function compiled to reuse its output buffers

@@ -117,6 +117,8 @@ def test_a_python_linked_mode_sums_over_many_coordinates_and_takes_python_floats
         with pytest.raises(TypeError, match="3 inputs called with 4"):
             lik.ratio_kernel()(q_new, q, np.asarray(1.0), np.arange(3))
     np.testing.assert_allclose(numba.ratio_kernel()(q_new, q, 1e12)[0], expected, rtol=1e-12)
+    # a list reaches Numba as an array (review: it raised a TypingError)
+    np.testing.assert_allclose(numba.ratio_kernel()(list(q_new), list(q), 1e12)[0], expected)
 
 
 def test_the_prior_value_is_minus_inf_where_a_parameter_check_fails():
