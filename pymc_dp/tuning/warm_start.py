@@ -120,6 +120,9 @@ NORM_BINS = 16
 #: Largest ratio of the last two steps' lengths a walk still moving is taken to converge at
 #: (the distance left is ``rho / (1 - rho)`` of the last step: 4x here).
 WALK_RHO = 0.8
+#: Largest expected norm of a travel step's noise, in posterior sds of its metric; a step
+#: whose noise is larger is shortened to it (few rows for the budget).
+TRAVEL_NOISE = 10.0
 #: Growth of the curvature along a step (less its noise) above which the walk retreats
 #: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~30%.
 RETREAT_GROWTH = 2.0
@@ -555,6 +558,8 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
                 if last:
                     bracket = line.width() * line.seg
                     walk = None
+        if not last:
+            step = _within_trust(step, g.kappa, likelihood.dim)
         step = _backtrack(likelihood, q, step)
         if retreats and last:
             step_left = _step_left(r, g.kappa, likelihood.dim, step)
@@ -662,6 +667,13 @@ def _last_step_errors(
         "retreats": float(retreats),
     }
     return walk, errors
+
+
+def _within_trust(step: np.ndarray, kappa: float, dim: int) -> np.ndarray:
+    """A travel step shortened so that its noise is at most :data:`TRAVEL_NOISE` posterior sds
+    of its metric (the noise's expected norm is ``sqrt(kappa d)``)."""
+    noise = float(np.sqrt(kappa * dim))
+    return step * (TRAVEL_NOISE / noise) if noise > TRAVEL_NOISE else step
 
 
 def _step_left(r: float, kappa: float, dim: int, step) -> np.ndarray | None:
