@@ -37,6 +37,12 @@ the bracket when the last step was bracketed (``errors["bracket"]``) and, after 
 the last step (``steps=2``), the retreat's length in every direction (``errors["lost"]``): use
 3 steps or more (the default 4) where a walk from the public start may overshoot.
 
+**Trust region.** A travel step (every step but the last) whose noise's expected norm
+:math:`\sqrt{\kappa d}` exceeds :data:`TRAVEL_NOISE` posterior sds of its metric is shortened
+to that: with few rows for the budget (n = 32 at epsilon 1: ~72 sds) a full Newton step is
+mostly noise, and the metric released where it lands may be too stiff for the walk to return.
+The last step is never shortened: its noise is the fit's, and goes into the spread.
+
 Each clip is chosen from a released histogram of the rows' norms in that metric (sensitivity
 :math:`\sqrt 2`; :func:`choose_clip`): the clip that minimises the expected squared error, noise
 against ``bias(c)``, a bound on what clipping removes from the denoised counts. (Andrew et al.
