@@ -607,31 +607,3 @@ def test_a_row_whose_curvature_overflows_is_bounded_like_any_other():
         s1, _, _ = base.whitened_kernel()(q, w, np.asarray(bound), edges)
         s2, _, _ = other.whitened_kernel()(q, w, np.asarray(bound), edges)
         assert np.all(np.isfinite(s2)) and np.linalg.norm(s1 - s2) <= 2 * bound * (1 + 1e-12)
-
-
-def test_few_rows_for_the_budget_keep_the_fit_near_the_prior():
-    """n = 32 at epsilon 1 (statsmodels' spector has this size): the first travel gradient's
-    noise was 20-70 posterior sds of its metric, the step carried the walk tens of prior sds
-    away, and the stiff metric released there kept it from coming back (measured before the
-    trust region: largest mean 0.7-47 prior sds from the prior's, median 3.0, over these eight
-    seeds; 4.5-26 own sds on spector). Travel steps now carry at most TRAVEL_NOISE sds of
-    noise."""
-    rng = np.random.default_rng(3)
-    n = 32
-    X = np.column_stack([np.ones(n), rng.uniform(-1, 1, (n, 3))])
-    y = rng.binomial(1, 1 / (1 + np.exp(-(X @ [-0.5, 1.0, 0.5, -1.0]))))
-    clip = pdp.glm_clip(np.ones(4))
-    far = []
-    with pm.Model(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the planner's "no usable posterior" warning
-        Xd = pm.Data("X", X)
-        b = pm.Normal("b", 0, 2.5, shape=4)
-        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
-        for seed in range(8):
-            step = pdp.DPLaplace(
-                epsilon=1.0, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, noise_seed=seed
-            )
-            far.append(float(np.max(np.abs(step.warm.mean)) / 2.5))
-    # after: 0.3-4.9, median 0.7 (the noise is seeded: these are the values, with rounding)
-    assert np.median(far) < 1.5
-    assert max(far) < 6.0

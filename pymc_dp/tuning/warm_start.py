@@ -37,12 +37,6 @@ the bracket when the last step was bracketed (``errors["bracket"]``) and, after 
 the last step (``steps=2``), the retreat's length in every direction (``errors["lost"]``): use
 3 steps or more (the default 4) where a walk from the public start may overshoot.
 
-**Trust region.** A travel step (every step but the last) whose noise's expected norm
-:math:`\sqrt{\kappa d}` exceeds :data:`TRAVEL_NOISE` posterior sds of its metric is shortened
-to that: with few rows for the budget (n = 32 at epsilon 1: ~72 sds) a full Newton step is
-mostly noise, and the metric released where it lands may be too stiff for the walk to return.
-The last step is never shortened: its noise is the fit's, and goes into the spread.
-
 Each clip is chosen from a released histogram of the rows' norms in that metric (sensitivity
 :math:`\sqrt 2`; :func:`choose_clip`): the clip that minimises the expected squared error, noise
 against ``bias(c)``, a bound on what clipping removes from the denoised counts. (Andrew et al.
@@ -126,9 +120,6 @@ NORM_BINS = 16
 #: Largest ratio of the last two steps' lengths a walk still moving is taken to converge at
 #: (the distance left is ``rho / (1 - rho)`` of the last step: 4x here).
 WALK_RHO = 0.8
-#: Largest expected norm of a travel step's noise, in posterior sds of its metric; a step
-#: whose noise is larger is shortened to it (few rows for the budget).
-TRAVEL_NOISE = 10.0
 #: Growth of the curvature along a step (less its noise) above which the walk retreats
 #: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~30%.
 RETREAT_GROWTH = 2.0
@@ -564,8 +555,6 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
                 if last:
                     bracket = line.width() * line.seg
                     walk = None
-        if not last:
-            step = _within_trust(step, g.kappa, likelihood.dim)
         step = _backtrack(likelihood, q, step)
         if retreats and last:
             step_left = _step_left(r, g.kappa, likelihood.dim, step)
@@ -673,13 +662,6 @@ def _last_step_errors(
         "retreats": float(retreats),
     }
     return walk, errors
-
-
-def _within_trust(step: np.ndarray, kappa: float, dim: int) -> np.ndarray:
-    """A travel step shortened so that its noise is at most :data:`TRAVEL_NOISE` posterior sds
-    of its metric (the noise's expected norm is ``sqrt(kappa d)``)."""
-    noise = float(np.sqrt(kappa * dim))
-    return step * (TRAVEL_NOISE / noise) if noise > TRAVEL_NOISE else step
 
 
 def _step_left(r: float, kappa: float, dim: int, step) -> np.ndarray | None:
