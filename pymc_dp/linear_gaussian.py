@@ -342,10 +342,15 @@ def start_noise(release: GramRelease) -> np.ndarray:
     m = release.gram.shape[0]
     k = m - 1
     a = release.gram[:k, :k]
-    vals, vecs = np.linalg.eigh(a)
+    n = float(release.gram[0, 0])  # exact
     floor = max(float(release.noise_sd[0, min(1, k - 1)]), 1e-6 * float(release.n))
-    a_pd = (vecs * np.maximum(vals, floor)) @ vecs.T
-    a_pd[0, 0] = release.gram[0, 0]  # n is exact
+    # A = [[n, s'], [s, B]] is positive definite iff the Schur complement B - s s' / n is:
+    # floor that, given the exact n (flooring A and resetting A[0, 0] to n could leave A
+    # indefinite: found in review at n = 60, ten covariates, epsilon 1)
+    s = a[1:, 0]
+    vals, vecs = np.linalg.eigh(a[1:, 1:] - np.outer(s, s) / n)
+    a_pd = a.copy()
+    a_pd[1:, 1:] = (vecs * np.maximum(vals, floor)) @ vecs.T + np.outer(s, s) / n
     rows, cols = noise_entries(m)
     delta = np.zeros((m, m))
     delta[:k, :k] = a - a_pd
