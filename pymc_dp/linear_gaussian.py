@@ -358,6 +358,63 @@ def start_noise(release: GramRelease) -> np.ndarray:
     return np.where(sd > 0, delta[rows, cols] / np.where(sd > 0, sd, 1.0), 0.0)
 
 
+def _cholesky_entries(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows, columns and diagonal flags of the free entries of a lower-triangular ``(k, k)``
+    ``L`` whose ``[0, 0]`` is fixed."""
+    rows, cols = np.tril_indices(k)
+    keep = ~((rows == 0) & (cols == 0))
+    return rows[keep], cols[keep], (rows == cols)[keep]
+
+
+def cholesky_latent(release: GramRelease, chol: Variable, noise_b: Variable):
+    r"""``(latent, log_density)``: the standardised noise of :func:`noise_entries` where the
+    latent ``A = L L^T`` (``L[0, 0] = sqrt(n)``, so ``A[0, 0] = n``; ``chol`` its other entries,
+    the diagonal's logs) and ``noise_b`` the outcome column's, and the log density of ``chol``
+    that makes ``A``'s noise standard Normal, as the plain latent would.
+
+    Every value of ``chol`` is a positive definite ``A``: NUTS meets no wall where the release
+    is singular within its noise (sklearn's diabetes, n = 442, ten covariates: hundreds of
+    divergences a chain in the plain latent). With ``A``'s free entries ``a(v)``, the density of
+    ``v`` is :math:`\phi((\tilde A - a(v)) / s) |\partial a / \partial v|`, and
+    :math:`\log|\partial a / \partial v| = (k - 1)\log(2\sqrt n) + \sum_{i \ge 1}
+    (k - i + 1) \log L_{ii}` (``A = L L^T`` without its fixed ``[0, 0]``, and the log of the
+    diagonal)."""
+    m = release.gram.shape[0]
+    k = m - 1
+    rows, cols = noise_entries(m)
+    in_a = cols < k
+    lr, lc, diag = _cholesky_entries(k)
+    n = float(release.gram[0, 0])
+    values = pt.switch(diag, pt.exp(chol), chol)
+    low = pt.set_subtensor(pt.zeros((k, k))[0, 0], np.sqrt(n))
+    low = pt.set_subtensor(low[lr, lc], values)
+    a = low @ low.T
+    ar, ac = rows[in_a], cols[in_a]
+    latent_a = (release.gram[ar, ac] - a[ar, ac]) / release.noise_sd[ar, ac]
+    latent = pt.zeros(rows.size)
+    latent = pt.set_subtensor(latent[np.flatnonzero(in_a)], latent_a)
+    latent = pt.set_subtensor(latent[np.flatnonzero(~in_a)], noise_b)
+    log_diag = chol[np.flatnonzero(diag)]  # log L_ii, i = 1 .. k - 1
+    order = np.arange(1, k)
+    log_jac = (k - 1) * np.log(2.0 * np.sqrt(n)) + pt.sum((k - order + 1) * log_diag)
+    return latent, -0.5 * pt.sum(latent_a**2) + log_jac
+
+
+def cholesky_start(release: GramRelease) -> tuple[np.ndarray, np.ndarray]:
+    """``(chol, noise_b)`` at :func:`start_noise`'s positive definite ``A`` (post-processing)."""
+    m = release.gram.shape[0]
+    k = m - 1
+    rows, cols = noise_entries(m)
+    latent = start_noise(release)
+    d = np.zeros((m, m))
+    d[rows, cols] = release.noise_sd[rows, cols] * latent
+    low = np.linalg.cholesky((release.gram - (d + np.triu(d, 1).T))[:k, :k])
+    lr, lc, diag = _cholesky_entries(k)
+    chol = low[lr, lc]
+    chol[diag] = np.log(chol[diag])
+    return chol, latent[cols == k]
+
+
 def log_rss_density(x, s2, noise_var, nu: int):
     r"""Saddlepoint log-density of :math:`x = \sigma^2 \chi^2_\nu + N(0, v)` at ``x``.
 

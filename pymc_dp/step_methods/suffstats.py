@@ -29,6 +29,8 @@ from pymc_dp.checks import check_count, check_probability
 from pymc_dp.linear_gaussian import (
     NotLinearGaussian,
     bounds_for,
+    cholesky_latent,
+    cholesky_start,
     expected_error,
     find_linear_gaussian,
     noise_entries,
@@ -239,8 +241,17 @@ class DPSuffStats(DPStep):
         if self._surrogate is None:
             lg, m = self.linear, self.release.gram.shape[0]
 
+            rows, cols = noise_entries(m)
+            chol = self._cholesky()
+
             def statistics(q):
-                latent = pm.Normal("noise", 0.0, 1.0, shape=len(noise_entries(m)[0]))
+                extra = 0.0
+                if chol:
+                    lower = pm.Flat("chol", shape=m * (m - 1) // 2 - 1)
+                    noise_b = pm.Normal("noise_b", 0.0, 1.0, shape=int((cols == m - 1).sum()))
+                    latent, extra = cholesky_latent(self.release, lower, noise_b)
+                else:
+                    latent = pm.Normal("noise", 0.0, 1.0, shape=len(rows))
                 intercept, coefs, sigma = graph_replace(
                     [lg.intercept, lg.coefs, lg.sigma], {lg.q: q}, strict=False
                 )
@@ -248,7 +259,7 @@ class DPSuffStats(DPStep):
                 if const.size:
                     intercept = intercept + pt.dot(coefs[const], self._constant_value)
                     coefs = coefs[np.flatnonzero(~self._constant)]
-                return surrogate_logp(self.release, intercept, coefs, sigma, latent)
+                return surrogate_logp(self.release, intercept, coefs, sigma, latent) + extra
 
             self._surrogate = surrogate_model(self.likelihood, statistics)
         return self._surrogate
@@ -262,17 +273,29 @@ class DPSuffStats(DPStep):
         # definite support where the release is noisy (sklearn's diabetes, n = 442, epsilon 1:
         # every run failed at NUTS' start)
         q0 = q0 + rng.uniform(-1.0, 1.0, q0.shape)
+        # start where the latent A is positive definite: the released one may not be
+        if self._cholesky():
+            lower, noise_b = cholesky_start(self.release)
+            start = {"q": q0, "chol": lower, "noise_b": noise_b}
+        else:
+            start = {"q": q0, "noise": start_noise(self.release)}
         return sample_chain(
             self.surrogate_model(),
             draws=draws,
             tune=self.nuts_tune,
             rng=rng,
-            # start where the latent A is positive definite: the released one may not be
-            start={"q": q0, "noise": start_noise(self.release)},
+            start=start,
             init=self._nuts_init(),
             target_accept=self.nuts_target_accept,
             compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
         )
+
+    def _cholesky(self) -> bool:
+        """Whether the latent A is sampled through its Cholesky factor (:func:`~pymc_dp.
+        linear_gaussian.cholesky_latent`): where the release is singular within its noise and
+        the plain latent meets the boundary of positive definite matrices. From the release."""
+        smallest, level = _signal_to_noise(self.release)
+        return smallest < level
 
     def _nuts_init(self) -> str:
         """A dense mass matrix where the noise rivals the covariates' Gram matrix (the latent
