@@ -178,6 +178,7 @@ class DPSuffStats(DPStep):
         del design, outcome
         _warn_if_singular(self.release)
         self._surrogate: pm.Model | None = None
+        self._start_logp = None
 
     def error_attr(self) -> str:
         """How far the release's noise moves each posterior mean, in non-private posterior sds
@@ -268,17 +269,24 @@ class DPSuffStats(DPStep):
         """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
         divergences."""
         q0 = self.likelihood.ravel(compiling.initial_point(self.likelihood.model))
-        # PyMC's jitter (U(-1, 1) on every coordinate) is applied to the parameters only: on
-        # the latent noise it moves A by ~1.2 sqrt(k) noise sds, which leaves A's positive
-        # definite support where the release is noisy (sklearn's diabetes, n = 442, epsilon 1:
-        # every run failed at NUTS' start)
-        q0 = q0 + rng.uniform(-1.0, 1.0, q0.shape)
         # start where the latent A is positive definite: the released one may not be
         if self._cholesky():
             lower, noise_b = cholesky_start(self.release)
             start = {"q": q0, "chol": lower, "noise_b": noise_b}
         else:
             start = {"q": q0, "noise": start_noise(self.release)}
+        # PyMC's jitter (U(-1, 1) on every coordinate, redrawn up to 10 times where the density
+        # is not finite) is applied to the parameters only: on the latent noise it moves A by
+        # ~1.2 sqrt(k) noise sds, out of its positive definite support where the release is
+        # noisy (sklearn's diabetes, n = 442, epsilon 1: every run failed at NUTS' start)
+        if self._start_logp is None:
+            kwargs = self.likelihood_kwargs["compile_kwargs"] or {}
+            self._start_logp = compiling.locked(self.surrogate_model().compile_logp, **kwargs)
+        for _ in range(10):
+            q = q0 + rng.uniform(-1.0, 1.0, q0.shape)
+            if np.isfinite(self._start_logp({**start, "q": q})):
+                start["q"] = q
+                break
         return sample_chain(
             self.surrogate_model(),
             draws=draws,
