@@ -238,7 +238,9 @@ class DPSuffStats(DPStep):
     def surrogate_model(self) -> pm.Model:
         """The noise-aware posterior as a PyMC model of released values only: ``q`` (the
         model's raveled free variables, unconstrained) and ``noise`` (the release's standardised
-        noise), with the exact prior and the statistics' density as potentials."""
+        noise; where the release is singular within its noise, ``chol`` and ``noise_b``: the
+        covariates' Gram matrix through its Cholesky factor, :meth:`_cholesky`), with the exact
+        prior and the statistics' density as potentials."""
         if self._surrogate is None:
             lg, m = self.linear, self.release.gram.shape[0]
 
