@@ -307,11 +307,6 @@ class EffectLikelihood(PerRowLikelihood):
         prior = -0.5 * pt.sum(((flat - self.centre) / self.scale) ** 2)
         self._build(effects.rows, prior, self.vars, start, others=())
 
-    @property
-    def prior_moments(self) -> tuple[np.ndarray, np.ndarray]:
-        """The Gaussian stand-in prior's centre and sd (public)."""
-        return self.centre, self.scale
-
     def _psi_values(self, point: dict) -> list[np.ndarray]:
         fn = compiling.function(
             list(self.base.vars), list(self.effects.psi), on_unused_input="ignore", mode=_FAST

@@ -557,15 +557,6 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
         return draw_batch(rng, self.n_rows, b, sampling)
 
     @cached_property
-    def prior_moments(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Centre and sd of each raveled coordinate under the model's prior, from public draws
-        (:func:`pymc_dp.effects.prior_moments`: no data), or None where the prior cannot be
-        drawn from (``pm.Flat``)."""
-        from pymc_dp.effects import prior_moments
-
-        return prior_moments(self.model, self.vars, self.vars)
-
-    @cached_property
     def _prior_hessian_fn(self):
         return _Serialised(hessian_fn(self._prior, self._q), cache=False, quiet=True)
 

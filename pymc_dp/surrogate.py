@@ -116,6 +116,20 @@ def sample_chain(
     return q, np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
 
 
+def likelihood_precision(
+    cov: np.ndarray, prior_hessian: np.ndarray, idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigenvalues and vectors of a fit ``N(., cov)``'s precision less the prior's, on the
+    coordinates ``idx``, and which of them the fit informs (positive: the fit is narrower than
+    the prior there)."""
+    h = -0.5 * (prior_hessian + prior_hessian.T)
+    vals_h, vecs_h = np.linalg.eigh(h)
+    prior_precision = (vecs_h * np.maximum(vals_h, 0.0)) @ vecs_h.T
+    p = (np.linalg.inv(cov) - prior_precision)[np.ix_(idx, idx)]
+    vals, vecs = np.linalg.eigh(0.5 * (p + p.T))
+    return vals, vecs, vals > 1e-10 * max(float(vals.max()), 1e-300)
+
+
 def gaussian_surrogate(
     mean: np.ndarray,
     cov: np.ndarray,
@@ -141,13 +155,7 @@ def gaussian_surrogate(
     idx = np.flatnonzero(active)
     if walk is not None:
         cov = cov - np.outer(walk, walk)
-    h = -0.5 * (prior_hessian + prior_hessian.T)
-    vals_h, vecs_h = np.linalg.eigh(h)
-    prior_precision = (vecs_h * np.maximum(vals_h, 0.0)) @ vecs_h.T
-    p = (np.linalg.inv(cov) - prior_precision)[np.ix_(idx, idx)]
-    p = 0.5 * (p + p.T)
-    vals, vecs = np.linalg.eigh(p)
-    keep = vals > 1e-10 * max(float(vals.max()), 1e-300)
+    vals, vecs, keep = likelihood_precision(cov, prior_hessian, idx)
     p = (vecs * np.where(keep, vals, 0.0)) @ vecs.T
     along = vecs.T @ (-np.asarray(prior_grad)[idx])
     fit_sd = np.sqrt(np.maximum(np.einsum("ij,ik,kj->j", vecs, cov[np.ix_(idx, idx)], vecs), 0))

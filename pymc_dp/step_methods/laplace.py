@@ -33,7 +33,13 @@ from pymc_dp.checks import check_count, check_positive, check_probability
 from pymc_dp.likelihood import PerRowLikelihood
 from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.step_methods.registry import Example, register
-from pymc_dp.surrogate import gaussian_surrogate, sample_chain, surrogate_model, walk_left
+from pymc_dp.surrogate import (
+    gaussian_surrogate,
+    likelihood_precision,
+    sample_chain,
+    surrogate_model,
+    walk_left,
+)
 
 __all__ = ["DPLaplace"]
 
@@ -93,8 +99,18 @@ def _spread_and_ahead(lik, warm, effects, walk_ahead: bool):
     return walk, cov, ahead
 
 
-def _warn_uninformed(uninformed: int, size: int, grouped: bool) -> None:
+def _warn_uninformed(uninformed: int, size: int, grouped: bool, nuts: bool = True) -> None:
     """Warn that ``uninformed`` of ``size`` directions follow the prior (public counts)."""
+    if not nuts:
+        warnings.warn(
+            f"pymc-dp: in {uninformed} of the {size} directions of the private fit the draws "
+            "are at least as wide as the prior: the budget bought no information there (the "
+            "intervals say so; they are not wrong, only uninformative). More budget or rows "
+            "inform them; pdp.plan says what a budget buys before the run.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
     effects_note = (
         " With group effects this can pull groups near separation (a rare or certain "
         "outcome) towards the others under the hierarchical prior and bias its scale "
@@ -185,9 +201,9 @@ class DPLaplace(DPStep):
     spread, honestly but widely where the public bounds are loose; with 2 steps a retreat at the
     last step widens it in every direction. A public ``initval`` near the mode (a known typical
     count for the intercept) avoids the overshoot. With tens of rows per coefficient (statsmodels'
-    ``spector``, n = 32, at epsilon 1-4) the released curvature is its noise: the fit is then the
-    prior, or near it (the travel steps' noise and the prior's weighing of it,
-    :func:`pymc_dp.tuning.warm_start._to_prior`), within 2 of its own sds where it was up to 26.
+    ``spector``, n = 32, at epsilon 1-4) the released curvature is its noise and the first
+    step's noise stays in the estimate: the fit holds it in its spread (as wide as the prior or
+    wider, with a warning), within 2.7 of its own sds where it was up to 26.
 
     Stats: ``accepted`` (always true: draws of the fit), ``dp_epsilon`` / ``dp_mu`` /
     ``dp_delta`` (the warm start's, the whole budget from the first draw).
@@ -252,6 +268,21 @@ class DPLaplace(DPStep):
             )
         self.warm_start_share = 1.0
         self._run_warm_start(steps=self.steps)
+        if not self.nuts:
+            self._warn_if_uninformed()
+
+    def _warn_if_uninformed(self) -> None:
+        """Warn where the fit's draws are at least as wide as the prior (public: the fit and
+        the prior's curvature at its mean). The NUTS path warns as it builds its surrogate."""
+        lik, warm = self.fit_likelihood, self.warm
+        with np.errstate(all="ignore"):
+            hessian = lik.prior_hessian(warm.mean)
+        if not np.all(np.isfinite(hessian)):
+            return
+        idx = np.flatnonzero(lik.likelihood_mask)
+        _, _, informed = likelihood_precision(warm.posterior_cov, hessian, idx)
+        if not informed.all():
+            _warn_uninformed(int(np.sum(~informed)), idx.size, grouped=False, nuts=False)
 
     @property
     def fit_likelihood(self) -> PerRowLikelihood:
