@@ -104,9 +104,10 @@ def _warn_uninformed(uninformed: int, size: int, grouped: bool, nuts: bool = Tru
     if not nuts:
         warnings.warn(
             f"pymc-dp: in {uninformed} of the {size} directions of the private fit the draws "
-            "are at least as wide as the prior: the budget bought no information there (the "
-            "intervals say so; they are not wrong, only uninformative). More budget or rows "
-            "inform them; pdp.plan says what a budget buys before the run.",
+            "are at least as wide as the prior: the budget bought no information there, and "
+            "the fit's noisy walk may have ended far from the mode (its intervals widen for "
+            "it, not always enough). More budget or rows inform them; pdp.plan says what a "
+            "budget buys before the run.",
             UserWarning,
             stacklevel=3,
         )
