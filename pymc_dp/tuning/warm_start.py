@@ -573,8 +573,8 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     q, prec, errors = _settle(likelihood, q, cur.floored, targets, errors, bracket is None)
     fit = _noise_aware_fit(q, prec, cur, errors, walk, lost, bracket, entries, likelihood.dim)
     # the information lies between what the noise cannot have faked and the floored metric,
-    # often 100x apart: their geometric mean (the known information alone, the most a step
-    # can have left, made the fits on 32-100 rows twice as wide again: 9x the prior's sd)
+    # often 100x apart: their geometric mean (the known information alone, the least a step
+    # can remove, made the fits on 32-100 rows about twice as wide again: 9x the prior's sd)
     h = _geometric_mean(cur.known + prec, cur.floored + prec)
     return _with_travel(fit, _travel_noise(travel, h))
 
@@ -787,8 +787,8 @@ def _travel_noise(travel, h: np.ndarray) -> np.ndarray:
     curvature). Where the metric matches ``H`` a step removes the noise of the steps before it,
     but where it is floored far above ``H`` (the curvature's noise drowns the information: few
     rows, a small budget) it removes almost none, and a first step of noise ~70 posterior sds
-    stayed in the estimate whole (statsmodels' spector, n = 32, epsilon 1: fits 8-26 of their
-    own sds off, the last step's noise alone in the spread). ``H``: an estimate of the
+    stayed in the estimate whole (statsmodels' spector, n = 32, epsilon 1: fits up to 26 of
+    their own sds off, the last step's noise alone in the spread). ``H``: an estimate of the
     posterior's curvature from the last release (public post-processing; the smaller it is,
     the less a step removes). The last step's own noise is the fit's ``location``; this is the
     travel steps' before it."""
