@@ -134,6 +134,14 @@ RETREAT_GROWTH = 2.0
 LAST_STEP_NOISE = 1.5
 
 
+_NO_FINITE_FIT = (
+    "The private warm start made its releases (its share of the budget is spent) but reached "
+    "no finite fit: the prior overflows where the noisy Newton walk went (a very vague prior on "
+    "a scale, or a public initial value far from the data's scale). Use a weakly informative "
+    "prior or a public initval on the data's scale, and build a new step."
+)
+
+
 @dataclass(frozen=True)
 class WarmStart:
     """The outcome of a private warm start (raveled, unconstrained coordinates).
@@ -575,8 +583,19 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     # the information lies between what the noise cannot have faked and the floored metric,
     # often 100x apart: their geometric mean (the known information alone, the least a step
     # can remove, made the fits on 32-100 rows about twice as wide again: 9x the prior's sd)
-    h = _geometric_mean(cur.known + prec, cur.floored + prec)
-    return _with_travel(fit, _travel_noise(travel, h))
+    with np.errstate(all="ignore"):
+        travelled = _travel_noise(travel, _geometric_mean(cur.known + prec, cur.floored + prec))
+        if not np.all(np.isfinite(travelled)):
+            # curvatures beyond what a float's square holds (a public start where a scale is
+            # exp(-455), found by fuzzing): no step is taken to remove any noise, the widest
+            travelled = _travel_noise(travel, np.zeros_like(prec))
+    if not np.all(np.isfinite(travelled)):
+        raise WarmStartError(_NO_FINITE_FIT)
+    fit = _with_travel(fit, travelled)
+    # draws can be made (a LinAlgError is the caller's WarmStartError): a travel noise of
+    # 1e18 sds from a start at log sd -455 left the covariance singular in floating point
+    np.linalg.cholesky(fit.posterior_cov)
+    return fit
 
 
 def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curvature:
@@ -708,13 +727,7 @@ def _settle(likelihood, q, curvature, targets, errors, unbracketed: bool):
         q, errors = _combine(targets, curvature + prec, q, errors, likelihood.dim)
         prec = _prior_precision(likelihood, q)
     if not errors or prec is None or not _finite_fit(likelihood, q, curvature + prec):
-        raise WarmStartError(
-            "The private warm start made its releases (its share of the budget is spent) but "
-            "reached no finite fit: the prior overflows where the noisy Newton walk went (a "
-            "very vague prior on a scale, or a public initial value far from the data's "
-            "scale). Use a weakly informative prior or a public initval on the data's scale, "
-            "and build a new step."
-        )
+        raise WarmStartError(_NO_FINITE_FIT)
     return q, prec, errors
 
 
