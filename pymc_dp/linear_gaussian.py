@@ -37,6 +37,7 @@ from pymc.blocking import DictToArrayBijection
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
 
 from pymc_dp import compiling
@@ -89,6 +90,19 @@ class LinearGaussian:
     @property
     def p(self) -> int:
         return int(sum(self.widths))
+
+    def has_intercept(self, dim: int) -> bool:
+        """Whether the mean's intercept moves with the parameters (it is the mean at a design of
+        zeros: evaluated at two random points, no data)."""
+        if self.q not in set(ancestors([self.intercept])):
+            return False
+        try:
+            fn = compiling.function([self.q], self.intercept, mode="FAST_COMPILE")
+        except Exception:  # it reads more than the point (a variable left out of vars)
+            return True
+        rng = np.random.default_rng(0)
+        points = rng.normal(size=(2, dim)).astype(self.q.dtype)
+        return any(float(fn(p)) != 0.0 for p in points)
 
 
 def _rows_first(value: np.ndarray, axis: int, n: int) -> np.ndarray:

@@ -188,11 +188,7 @@ def sample(
     model = modelcontext(model)
     step = _the_step(step, model)
     if data is not None:
-        from pymc_dp.distributed import DistributedLikelihood, bind_data
-
-        step = bind_data(step, data, client=client)
-        if isinstance(step.likelihood, DistributedLikelihood):
-            cores = 1  # the step holds the workers' actors: chains run here, one by one
+        step, cores = _bound(step, data, client, cores)
     _check_run_options(step, model, kwargs)
     kwargs.pop("return_inferencedata", None)
     chains = DEFAULT_CHAINS if chains is None else chains
@@ -225,17 +221,34 @@ def sample(
         step.use_plan(None)
     idata = sanitize(idata, model, step=step)
     _record_releases(idata, step, plan)
-    # a fit's draws are not a chain: R-hat and ESS would only measure their Monte Carlo noise
-    if kwargs.get("compute_convergence_checks", True) and not getattr(step, "fit_draws", False):
-        dp_warn(
-            dp_warnings(
-                idata,
-                target_accept=getattr(step, "target_accept", None),
-                advice=advice,
-                free=getattr(step, "release", None) is not None or getattr(step, "nuts", False),
-            )
-        )
+    if kwargs.get("compute_convergence_checks", True):
+        _warn_after(idata, step, advice)
     return idata
+
+
+def _bound(step: DPStep, data: Mapping, client, cores: int | None) -> tuple[DPStep, int | None]:
+    """``step`` rebuilt on the rows of ``data`` (:func:`pymc_dp.distributed.bind_data`), and the
+    cores to run its chains on."""
+    from pymc_dp.distributed import DistributedLikelihood, bind_data
+
+    step = bind_data(step, data, client=client)
+    if isinstance(step.likelihood, DistributedLikelihood):
+        cores = 1  # the step holds the workers' actors: chains run here, one by one
+    return step, cores
+
+
+def _warn_after(idata: DataTree, step: DPStep, advice) -> None:
+    """The DP-aware convergence warnings of a run (from its public draws and statistics)."""
+    if getattr(step, "fit_draws", False):
+        return  # a fit's draws are not a chain: R-hat and ESS would only measure their noise
+    dp_warn(
+        dp_warnings(
+            idata,
+            target_accept=getattr(step, "target_accept", None),
+            advice=advice,
+            free=getattr(step, "release", None) is not None or getattr(step, "nuts", False),
+        )
+    )
 
 
 def _on_workers(step) -> bool:

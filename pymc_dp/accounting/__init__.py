@@ -10,95 +10,14 @@
   RDP amplification by fixed-size sampling without replacement (WBK19 Theorem 9).
 """
 
-from pymc_dp.checks import (
-    check_count,
-    check_delta,
-    check_epsilon,
-    check_nonnegative,
-    check_positive,
-    check_probability,
-)
+# The face of the accounting: every submodule's names, and the argument checks they share.
+from pymc_dp import checks
+from pymc_dp.checks import *  # noqa: F403
 
-from .barker import (
-    barker_epsilon,
-    barker_epsilon_curve,
-    barker_max_iterations,
-    barker_orders,
-    barker_rdp,
-    barker_step_rdp,
-)
-from .gaussian import (
-    gaussian_delta,
-    gaussian_epsilon,
-    gaussian_log_delta,
-    gaussian_mu,
-    gaussian_mu_for_budget,
-    max_iterations,
-    max_releases,
-    noise_multiplier_for_budget,
-)
-from .ledger import (
-    BarkerMechanism,
-    GaussianMechanism,
-    PrivacyLedger,
-    PureDPMechanism,
-    SubsampledGaussianMechanism,
-)
-from .rdp import (
-    DEFAULT_ORDERS,
-    DP_ACCOUNTING_ORDERS,
-    fixed_size_subsampled_gaussian_epsilon,
-    fixed_size_subsampled_gaussian_event,
-    fixed_size_subsampled_gaussian_rdp,
-    gaussian_rdp,
-    largest_count,
-    poisson_subsampled_gaussian_epsilon,
-    poisson_subsampled_gaussian_event,
-    poisson_subsampled_gaussian_rdp,
-    rdp_epsilon_curve,
-    rdp_to_epsilon,
-    rdp_to_epsilon_best,
-    wor_subsampled_rdp,
-)
+from . import barker, gaussian, ledger, rdp
+from .barker import *  # noqa: F403
+from .gaussian import *  # noqa: F403
+from .ledger import *  # noqa: F403
+from .rdp import *  # noqa: F403
 
-__all__ = [
-    "BarkerMechanism",
-    "SubsampledGaussianMechanism",
-    "DEFAULT_ORDERS",
-    "DP_ACCOUNTING_ORDERS",
-    "GaussianMechanism",
-    "PrivacyLedger",
-    "PureDPMechanism",
-    "barker_epsilon",
-    "barker_epsilon_curve",
-    "barker_max_iterations",
-    "barker_orders",
-    "barker_rdp",
-    "barker_step_rdp",
-    "check_count",
-    "check_delta",
-    "check_epsilon",
-    "check_nonnegative",
-    "check_positive",
-    "check_probability",
-    "fixed_size_subsampled_gaussian_epsilon",
-    "fixed_size_subsampled_gaussian_event",
-    "fixed_size_subsampled_gaussian_rdp",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "gaussian_log_delta",
-    "gaussian_mu",
-    "gaussian_mu_for_budget",
-    "gaussian_rdp",
-    "max_iterations",
-    "max_releases",
-    "noise_multiplier_for_budget",
-    "poisson_subsampled_gaussian_epsilon",
-    "poisson_subsampled_gaussian_event",
-    "poisson_subsampled_gaussian_rdp",
-    "largest_count",
-    "rdp_epsilon_curve",
-    "rdp_to_epsilon",
-    "rdp_to_epsilon_best",
-    "wor_subsampled_rdp",
-]
+__all__ = [*checks.__all__, *barker.__all__, *gaussian.__all__, *ledger.__all__, *rdp.__all__]

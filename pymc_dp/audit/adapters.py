@@ -172,7 +172,17 @@ def claimed_epsilon(step: Any, plan: Any = None, *, release: str = "iteration") 
     return float(run_ledger(mechanisms, plan.scale, 1, 1, plan.delta).epsilon)
 
 
-class _StepRelease:
+class _Scalar:
+    """A mechanism with one float output per run: one run is a batch of one."""
+
+    def __call__(self, which: int, rng: np.random.Generator) -> float:
+        return float(self.batch(which, rng, 1)[0])
+
+    def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+
+class _StepRelease(_Scalar):
     """Shared plumbing of the step adapters: two steps, the point ``q`` of the audited release,
     one plan, lent state, cached kernels."""
 
@@ -227,9 +237,6 @@ class _StepRelease:
         if self.cache_kernels:
             attrs.update({k: _CachedKernel(getattr(step, k)) for k in self.kernels})
         return attrs
-
-    def __call__(self, which: int, rng: np.random.Generator) -> float:
-        return float(self.batch(which, rng, 1)[0])
 
     def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
         step = self.steps[_check_which(which)]
@@ -477,7 +484,7 @@ def barker_iteration(
     return _BarkerIteration(step0, step1, q, q_new, plan, cache_kernels)
 
 
-class _ExpfamRelease:
+class _ExpfamRelease(_Scalar):
     def __init__(self, data0, data1, family, epsilon, direction, family_kwargs) -> None:
         from pymc_dp.checks import check_epsilon
         from pymc_dp.expfam.families import get_family
@@ -509,9 +516,6 @@ class _ExpfamRelease:
         probe = release(d0, family, self.epsilon, noise_seed=0, **self.family_kwargs)
         self.claimed_epsilon = float(probe.ledger.epsilon)
         self.delta = float(probe.ledger.delta)
-
-    def __call__(self, which: int, rng: np.random.Generator) -> float:
-        return float(self.batch(which, rng, 1)[0])
 
     def batch(self, which: int, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
         data = self.data[_check_which(which)]

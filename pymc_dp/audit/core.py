@@ -555,10 +555,7 @@ def audit_gaussian(
     delta: float,
     *,
     claimed_epsilon: float | None = None,
-    confidence: float = 0.95,
-    threshold: float | None = None,
-    seed: int | np.random.Generator | np.random.SeedSequence | None = None,
-    grid_size: int = 1000,
+    **options: Any,
 ) -> AuditResult:
     r"""Audit the reference scalar Gaussian mechanism (see :func:`gaussian_mechanism`).
 
@@ -567,12 +564,14 @@ def audit_gaussian(
     sensitivity, noise_std : float
         The released statistic differs by ``sensitivity`` between D0 and D1; the noise has this
         standard deviation.
-    trials, delta, confidence, threshold, seed, grid_size
+    trials, delta
         As in :func:`audit`.
     claimed_epsilon : float, optional
         Defaults to the exact epsilon at ``delta`` of one Gaussian release with noise multiplier
         ``s = noise_std / sensitivity`` (:func:`pymc_dp.accounting.gaussian_epsilon` with
         :math:`\mu = 1/(2 s^2)`; ``inf`` when ``delta = 0``). Pass a value to audit a wrong claim.
+    **options
+        ``confidence``, ``threshold``, ``seed``, ``grid_size``: as in :func:`audit` (its defaults).
 
     Returns
     -------
@@ -588,13 +587,4 @@ def audit_gaussian(
 
             s = mech.noise_std / mech.sensitivity
             claimed_epsilon = float(gaussian_epsilon(1.0 / (2.0 * s * s), dlt))
-    return audit(
-        mech,
-        trials=trials,
-        delta=dlt,
-        claimed_epsilon=claimed_epsilon,
-        confidence=confidence,
-        threshold=threshold,
-        seed=seed,
-        grid_size=grid_size,
-    )
+    return audit(mech, trials=trials, delta=dlt, claimed_epsilon=claimed_epsilon, **options)

@@ -40,6 +40,7 @@ from pymc_dp.surrogate import (
     surrogate_model,
     walk_left,
 )
+from pymc_dp.tuning.warm_start import WarmStart
 
 __all__ = ["DPLaplace"]
 
@@ -127,6 +128,19 @@ def _warn_uninformed(uninformed: int, size: int, grouped: bool, nuts: bool = Tru
         UserWarning,
         stacklevel=3,
     )
+
+
+def _warn_if_fit_uninformed(lik: PerRowLikelihood, warm: WarmStart) -> None:
+    """Warn where the fit's draws are at least as wide as the prior (public: the fit and the
+    prior's curvature at its mean). The NUTS path warns as it builds its surrogate."""
+    with np.errstate(all="ignore"):
+        hessian = lik.prior_hessian(warm.mean)
+    if not np.all(np.isfinite(hessian)):
+        return
+    idx = np.flatnonzero(lik.likelihood_mask)
+    _, _, informed = likelihood_precision(warm.posterior_cov, hessian, idx)
+    if not informed.all():
+        _warn_uninformed(int(np.sum(~informed)), idx.size, grouped=False, nuts=False)
 
 
 class DPLaplace(DPStep):
@@ -270,20 +284,7 @@ class DPLaplace(DPStep):
         self.warm_start_share = 1.0
         self._run_warm_start(steps=self.steps)
         if not self.nuts:
-            self._warn_if_uninformed()
-
-    def _warn_if_uninformed(self) -> None:
-        """Warn where the fit's draws are at least as wide as the prior (public: the fit and
-        the prior's curvature at its mean). The NUTS path warns as it builds its surrogate."""
-        lik, warm = self.fit_likelihood, self.warm
-        with np.errstate(all="ignore"):
-            hessian = lik.prior_hessian(warm.mean)
-        if not np.all(np.isfinite(hessian)):
-            return
-        idx = np.flatnonzero(lik.likelihood_mask)
-        _, _, informed = likelihood_precision(warm.posterior_cov, hessian, idx)
-        if not informed.all():
-            _warn_uninformed(int(np.sum(~informed)), idx.size, grouped=False, nuts=False)
+            _warn_if_fit_uninformed(self.fit_likelihood, self.warm)
 
     @property
     def fit_likelihood(self) -> PerRowLikelihood:

@@ -195,7 +195,7 @@ class DPSuffStats(DPStep):
         labels = ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
         keep = np.ones(len(labels), bool)
-        keep[0] = self._constant.any() or self._has_intercept()
+        keep[0] = self._constant.any() or self.linear.has_intercept(self.likelihood.dim)
         keep[-1] = self._sigma_free  # a fixed noise sd has no posterior to move
         labels, mean_abs = np.asarray(labels)[keep].tolist(), mean_abs[keep]
         return json.dumps(
@@ -206,20 +206,6 @@ class DPSuffStats(DPStep):
                 "noise": float(mean_abs.max()),
             }
         )
-
-    def _has_intercept(self) -> bool:
-        """Whether the mean's intercept moves with the parameters (it is the mean at a design of
-        zeros: evaluated at two random points, no data)."""
-        lg = self.linear
-        if lg.q not in set(ancestors([lg.intercept])):
-            return False
-        try:
-            fn = compiling.function([lg.q], lg.intercept, mode="FAST_COMPILE")
-        except Exception:  # it reads more than the point (a variable left out of vars)
-            return True
-        rng = np.random.default_rng(0)
-        points = rng.normal(size=(2, self.likelihood.dim)).astype(lg.q.dtype)
-        return any(float(fn(p)) != 0.0 for p in points)
 
     @classmethod
     def _tunable(cls) -> bool:
