@@ -243,7 +243,7 @@ class ClippedKernels:
         from public covariate bounds (:attr:`pymc_dp.GLMClip.hess_clip`).
         """
         key = ("curvature", observed)
-        if key not in self._kernels and not observed and self.dim > _MAX_UNROLLED_FISHER_DIM:
+        if key not in self._kernels and not observed and not self._unrolled_fisher():
             self._kernels[key] = self._fisher_kernel()
         if key not in self._kernels:
             w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
@@ -275,6 +275,14 @@ class ClippedKernels:
             outputs = [total, self._bin_counts(norms, edges), self._prior_grad]
             self._kernels[key] = self._compile([self._q, w, bound, edges], outputs, few=True)
         return self._kernels[key]
+
+    def _unrolled_fisher(self) -> bool:
+        """Whether :meth:`curvature_kernel` sums the empirical Fisher entry by entry: under
+        Numba up to ``_MAX_UNROLLED_FISHER_DIM`` coordinates (one fused loop per entry).
+        Evaluated op by op in NumPy (the warm start's default), the matrix form
+        (:meth:`_fisher_kernel`) compiles in half the time and runs twice as fast (logistic,
+        n = 2e4, d = 4: 0.19 s against 0.42, 3.5 ms a pass against 7.6)."""
+        return self.dim <= _MAX_UNROLLED_FISHER_DIM and not self._few_op_by_op()
 
     def _whitened_rows(self) -> tuple[Variable, Variable, Variable, Variable]:
         """The public inputs ``W``, ``bound``, ``edges`` of a whitened kernel and the rows'

@@ -252,6 +252,15 @@ class _StorageCompiler:
         quiet = python_linked(mode)
         return _Serialised(fn, cache=cache, quiet=quiet)
 
+    def _few_op_by_op(self) -> bool:
+        """Whether a kernel compiled with ``few`` is evaluated op by op: in
+        :func:`~pymc_dp.kernel_rewrites.numpy_mode` (no mode asked for, rows up to
+        ``_NUMPY_MAX_ROWS``) or in a Python-linked mode asked for (as :meth:`_compile` decides)."""
+        if "mode" not in self._compile_kwargs:
+            return self.n_rows <= _NUMPY_MAX_ROWS
+        with compiling.COMPILE_LOCK:  # the default mode is read under the lock (_compile)
+            return python_linked(get_mode(self._compile_kwargs["mode"]))
+
     def _rows_as_storage(self, outputs):
         """``outputs`` reading every array of the rows from a shared variable, never a constant.
 

@@ -82,7 +82,7 @@ from scipy.special import ndtr, ndtri
 from pymc_dp import compiling
 from pymc_dp.budget import Budget
 from pymc_dp.checks import check_count, check_epsilon, check_positive
-from pymc_dp.graph import analyse
+from pymc_dp.graph import ModelGraph, analyse
 from pymc_dp.kernel_rewrites import hessian_fn
 from pymc_dp.mixing import simulate_anchored_chain
 from pymc_dp.step_methods.anchoring import ANCHORED_WARM_START, DEFAULT_ANCHOR_SHARE
@@ -247,6 +247,7 @@ def plan(
     outcome_bounds: tuple[float, float] | None = None,
     residual_sd: float | None = None,
     hess_clip: float | None = None,
+    _graph: ModelGraph | None = None,
 ) -> Plan:
     """Predict what a DP run of ``model`` can deliver, from public information only.
 
@@ -278,6 +279,9 @@ def plan(
     hess_clip : float, optional
         The curvature bound an anchored step would use (``DPPenalty(hess_clip=...)``, the Taylor
         anchor); the plan then predicts that chain too and may recommend it.
+    _graph : ModelGraph, optional
+        Internal: :func:`pymc_dp.graph.analyse` of ``model`` with these ``row_dim``,
+        ``row_axes`` and ``public``, already made (a step's, whose data is checked unchanged).
 
     Returns
     -------
@@ -289,8 +293,9 @@ def plan(
     draws = check_count(draws, "draws", minimum=1)
     tune = check_count(tune, "tune")
     chains = check_count(chains, "chains", minimum=1)
-    # the steps' checks: a prior that reads private data must not feed the predictions
-    graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
+    # the steps' checks: a prior that reads private data must not feed the predictions. A step's
+    # own analysis (same model, arguments and data: pdp.sample's advice) is not made again
+    graph = _graph or analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
     n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
     # the budget the steps would hold (default delta, checks), and its Gaussian privacy loss
     budget = Budget.of(n, epsilon=epsilon, delta=delta, chains=chains)

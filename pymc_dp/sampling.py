@@ -374,6 +374,7 @@ def _planner_advice(step: DPStep, model: Model, run) -> str:
             row_dim=step.likelihood_kwargs["row_dim"],
             row_axes=step.likelihood_kwargs["row_axes"],
             public=step.likelihood_kwargs["public"],
+            _graph=step.likelihood.graph,  # analysed with these arguments; data checked unchanged
         )
     except Exception:  # noqa: BLE001 - advice only: never block a run
         return ""

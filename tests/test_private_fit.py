@@ -91,15 +91,19 @@ def test_replacing_one_row_moves_the_curvature_by_at_most_its_bound(neighbours, 
 
 
 def test_the_matrix_form_of_the_empirical_fisher_matches_the_unrolled_one(neighbours, monkeypatch):
-    """Above ``_MAX_UNROLLED_FISHER_DIM`` coordinates the empirical Fisher is one matrix product
-    (the unrolled kernel took Numba 150 s to compile at D = 24). Forced on the neighbours here:
-    the same sums and counts as the unrolled kernel, clipping active or not, and replacing one
-    row (the overflowing one included) moves it by at most sqrt(2) c."""
+    """Above ``_MAX_UNROLLED_FISHER_DIM`` coordinates, and wherever the kernel runs op by op in
+    NumPy (the default here), the empirical Fisher is one matrix product (the unrolled kernel
+    took Numba 150 s to compile at D = 24). Against the unrolled kernel, forced: the same sums
+    and counts, clipping active or not, and replacing one row (the overflowing one included)
+    moves it by at most sqrt(2) c."""
     import pymc_dp.clipped_kernels as kernels_module
 
     monkeypatch.setattr(kernels_module, "_MAX_UNROLLED_FISHER_DIM", 0)
     lik, lik2, X, y, lik3 = neighbours
     fresh = [pdp.PerRowLikelihood(other.model) for other in (lik, lik2, lik3)]
+    with monkeypatch.context() as forced:
+        forced.setattr(kernels_module.ClippedKernels, "_unrolled_fisher", lambda self: True)
+        unrolled = pdp.PerRowLikelihood(lik.model).curvature_kernel(False)
     rng = np.random.default_rng(3)
     edges = np.r_[0.0, np.geomspace(1e-4, 10.0, 12)]
     largest = 0.0
@@ -108,7 +112,7 @@ def test_the_matrix_form_of_the_empirical_fisher_matches_the_unrolled_one(neighb
         w = rng.normal(0, 1, (D, D)) + 2 * np.eye(D)
         bound = np.asarray(10.0 ** rng.uniform(-3, 1))
         s1, c1, g1 = fresh[0].curvature_kernel(False)(q, w, bound, edges)
-        s0, c0, g0 = lik.curvature_kernel(False)(q, w, bound, edges)
+        s0, c0, g0 = unrolled(q, w, bound, edges)
         np.testing.assert_allclose(s1, s0, rtol=1e-9, atol=1e-12 * float(bound))
         np.testing.assert_array_equal(c1, c0)
         np.testing.assert_allclose(g1, g0)
