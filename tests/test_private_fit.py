@@ -735,10 +735,10 @@ def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(
     (~60 000) is 20-60x the information, the Newton walk under it stops far short of the mode,
     and where the last release's noise exceeded its typical spectral norm (1 release in 10)
     the excess was taken for information: the fit came out 2-6x narrower than the posterior
-    and 13-23 of its own sds off, where the other seeds are as wide as the prior. What the
-    noise may fake now includes a margin (exceeded in under 1% of releases): 12 seeds at
-    epsilon 1 within 3 own sds of the exact mode (measured at most 1.31; the parent commit,
-    seed 0 at 19.1)."""
+    and up to 19 of its own sds off, where the other seeds are as wide as the prior. What the
+    noise may fake now includes a margin (exceeded in under 1% of releases). Over 600 seeds at
+    epsilon 1: 2 fits beyond 3 own sds of the exact mode, the largest 6.1 (the parent: 9, the
+    largest 19.1); a calibrated Gaussian fit would put 3.2 beyond 3 (Poisson sd 1.8)."""
     from statsmodels.datasets import cancer
 
     df = cancer.load_pandas().data
@@ -760,7 +760,7 @@ def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(
     assert np.allclose(X.T @ (y - np.exp(X @ q)) - q / 25, 0.0, atol=1e-6)
     clip = pdp.glm_clip(np.ones(2), "poisson", y_bound=500, eta_bound=6.5)
     own = []
-    for seed in range(12):
+    for seed in range(600):
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the fits as wide as the prior say so
             ws = pdp.DPLaplace(
@@ -771,13 +771,16 @@ def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(
                 likelihood=lik,
             ).warm
         own.append(float(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov)))))
-    assert max(own) < 3.0, np.round(own, 2)
+    own = np.array(own)
+    beyond = np.flatnonzero(own > 3.0)
+    assert beyond.size <= 5, (beyond, np.round(own[beyond], 2))
+    assert own.max() < 8.0, (int(own.argmax()), own.max())
 
 
 def test_what_the_curvature_noise_may_fake_is_exceeded_in_under_one_release_in_a_hundred():
     """The spread's information bound removes ``(sqrt(2 d) + FAKED_NORM_MARGIN) tau`` from the
     released curvature: the largest eigenvalue of the released noise (entries of sd ``tau``
-    packed as the release packs them) exceeds it in under 1% of releases (measured 0.6-0.8%
+    packed as the release packs them) exceeds it in under 1% of releases (measured 0.4-0.8%
     over d = 2-10; Monte Carlo sd about 0.1% at 8000 draws), the typical norm alone in 9-13%."""
     rng = np.random.default_rng(11)
     for dim in (2, 4, 6, 10):

@@ -134,7 +134,7 @@ RETREAT_GROWTH = 2.0
 LAST_STEP_NOISE = 1.5
 #: What the curvature's noise may fake, for the spread, in entry sds ``tau`` beyond its typical
 #: spectral norm ``sqrt(2 d) tau``: the largest eigenvalue of the released noise exceeds
-#: ``sqrt(2 d) tau`` in 9-13% of releases and ``(sqrt(2 d) + 1) tau`` in 0.6-0.8% (d = 2-10,
+#: ``sqrt(2 d) tau`` in 9-13% of releases and ``(sqrt(2 d) + 1) tau`` in 0.4-0.8% (d = 2-10,
 #: 20 000 draws each). Beyond it the known information is noise: on statsmodels' `cancer`
 #: (Poisson, n = 301) one such release made a fit 13-23 of its own sds off.
 FAKED_NORM_MARGIN = 1.0
