@@ -235,7 +235,7 @@ class _StorageCompiler:
         # The default mode is read under the lock too: another thread's compile sets it to its
         # own while it rewrites (review: a kernel compiled in the other thread's Python linker).
         with compiling.COMPILE_LOCK:
-            if few and "mode" not in kwargs and self.n_rows <= _NUMPY_MAX_ROWS:
+            if few and self._few_in_numpy():
                 kwargs["mode"], cache = numpy_mode(), False
             mode = get_mode(kwargs.get("mode"))
             if self._idx in inputs:
@@ -252,12 +252,17 @@ class _StorageCompiler:
         quiet = python_linked(mode)
         return _Serialised(fn, cache=cache, quiet=quiet)
 
+    def _few_in_numpy(self) -> bool:
+        """Whether :meth:`_compile` puts a kernel compiled with ``few`` in
+        :func:`~pymc_dp.kernel_rewrites.numpy_mode`: no mode asked for, rows up to
+        ``_NUMPY_MAX_ROWS``."""
+        return "mode" not in self._compile_kwargs and self.n_rows <= _NUMPY_MAX_ROWS
+
     def _few_op_by_op(self) -> bool:
-        """Whether a kernel compiled with ``few`` is evaluated op by op: in
-        :func:`~pymc_dp.kernel_rewrites.numpy_mode` (no mode asked for, rows up to
-        ``_NUMPY_MAX_ROWS``) or in a Python-linked mode asked for (as :meth:`_compile` decides)."""
+        """Whether a kernel compiled with ``few`` is evaluated op by op: in NumPy
+        (:meth:`_few_in_numpy`) or in a Python-linked mode asked for."""
         if "mode" not in self._compile_kwargs:
-            return self.n_rows <= _NUMPY_MAX_ROWS
+            return self._few_in_numpy()
         with compiling.COMPILE_LOCK:  # the default mode is read under the lock (_compile)
             return python_linked(get_mode(self._compile_kwargs["mode"]))
 

@@ -295,7 +295,9 @@ def plan(
     chains = check_count(chains, "chains", minimum=1)
     # the steps' checks: a prior that reads private data must not feed the predictions. A step's
     # own analysis (same model, arguments and data: pdp.sample's advice) is not made again
-    graph = _graph or analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
+    if _graph is None:
+        _graph = analyse(model, row_dim=row_dim, row_axes=row_axes, public=public)
+    graph = _graph
     n = graph.n_rows if n_rows is None else check_count(n_rows, "n_rows", minimum=1)
     # the budget the steps would hold (default delta, checks), and its Gaussian privacy loss
     budget = Budget.of(n, epsilon=epsilon, delta=delta, chains=chains)
