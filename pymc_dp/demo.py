@@ -28,7 +28,6 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import arviz as az
 import numpy as np
@@ -57,9 +56,17 @@ def single_threaded_blas() -> Iterator[None]:
     time and slow everything down on a busy machine.
     """
     names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    # read by the chain processes at start-up; restored (or removed) on the way out
-    with mock.patch.dict(os.environ, dict.fromkeys(names, "1")), threadpool_limits(limits=1):
-        yield
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))  # read by the chain processes at start-up
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:  # only these names: the rest of the environment is the caller's
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def encode(data: dict[str, np.ndarray]) -> np.ndarray:

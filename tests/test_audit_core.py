@@ -353,3 +353,12 @@ def test_audit_validation():
         audit(ShortBatch(), trials=100, delta=DELTA)
     with pytest.raises(ValueError, match="noise_std"):
         gaussian_mechanism(1.0, 0.0)
+
+
+def test_audit_gaussian_names_an_option_it_does_not_take():
+    """It forwards audit's options (confidence, threshold, seed, grid_size) and refuses others by
+    its own name, before any trial (a misspelt option, or audit's ``statistic``, which the
+    reference mechanism fixes)."""
+    for bad in ({"confidnce": 0.9}, {"statistic": lambda r: -r}):
+        with pytest.raises(TypeError, match=r"audit_gaussian\(\).*" + next(iter(bad))):
+            audit_gaussian(1.0, 1.0, 10, 1e-5, **bad)

@@ -577,6 +577,9 @@ def audit_gaussian(
     -------
     AuditResult
     """
+    unknown = sorted(set(options) - {"confidence", "threshold", "seed", "grid_size"})
+    if unknown:
+        raise TypeError(f"audit_gaussian() got unexpected keyword argument(s) {unknown}")
     mech = gaussian_mechanism(sensitivity, noise_std)
     dlt = _check_delta(delta)
     if claimed_epsilon is None:
