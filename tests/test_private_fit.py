@@ -729,16 +729,20 @@ def test_a_row_whose_curvature_overflows_is_bounded_like_any_other():
         assert np.all(np.isfinite(s2)) and np.linalg.norm(s1 - s2) <= 2 * bound * (1 + 1e-12)
 
 
-def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow():
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
+def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(epsilon):
     """Found on data the benchmarks never saw (statsmodels' ``cancer``: county deaths against
     log population, Poisson, n = 301, the README's public bounds): the curvature's noise floor
     (~60 000) is 20-60x the information, the Newton walk under it stops far short of the mode,
     and where the last release's noise exceeded its typical spectral norm (1 release in 10)
     the excess was taken for information: the fit came out 2-6x narrower than the posterior
     and up to 19 of its own sds off, where the other seeds are as wide as the prior. What the
-    noise may fake now includes a margin (exceeded in under 1% of releases). Over 600 seeds at
-    epsilon 1: 2 fits beyond 3 own sds of the exact mode, the largest 6.1 (the parent: 9, the
-    largest 19.1); a calibrated Gaussian fit would put 3.2 beyond 3 (Poisson sd 1.8)."""
+    noise may fake now includes a margin (exceeded in under 1% of releases): over 600 seeds,
+    2 fits were still 6.1 (epsilon 1) and 8.7 (epsilon 4) of their own sds off, the intercept
+    known and tilted by the hidden slope through the curvature's noise; that tilt is now in
+    the spread (``_with_coupling``): none beyond 3, the largest 2.7 and 1.8. A calibrated
+    Gaussian fit would put 3.2 beyond 3 (Poisson sd 1.8: at most 8 allowed) and any of 600
+    beyond 4.5 in under 1% of runs."""
     from statsmodels.datasets import cancer
 
     df = cancer.load_pandas().data
@@ -764,7 +768,7 @@ def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the fits as wide as the prior say so
             ws = pdp.DPLaplace(
-                epsilon=1.0,
+                epsilon=epsilon,
                 grad_clip=clip.grad_clip,
                 hess_clip=clip.hess_clip,
                 noise_seed=seed,
@@ -773,8 +777,25 @@ def test_a_curvature_whose_noise_fakes_information_does_not_make_the_fit_narrow(
         own.append(float(np.max(np.abs(ws.mean - q) / np.sqrt(np.diag(ws.posterior_cov)))))
     own = np.array(own)
     beyond = np.flatnonzero(own > 3.0)
-    assert beyond.size <= 5, (beyond, np.round(own[beyond], 2))
-    assert own.max() < 8.0, (int(own.argmax()), own.max())
+    assert beyond.size <= 8, (beyond, np.round(own[beyond], 2))
+    assert own.max() < 4.5, (int(own.argmax()), own.max())
+
+
+def test_the_tilt_of_the_coupling_is_the_released_noise_s_second_moment():
+    """``_with_coupling``'s ``E[E A E] = tau^2 / 2 (A + tr(A) I)`` for noise packed as the
+    curvature release packs it (entries of sd ``tau`` on the weighted upper triangle):
+    20 000 draws, entries within 4 Monte Carlo sds."""
+    rng = np.random.default_rng(3)
+    dim, tau, draws = 3, 0.7, 20_000
+    root = rng.normal(size=(dim, dim))
+    a = root @ root.T
+    size = dim * (dim + 1) // 2
+    prods = np.array(
+        [(e := _unpack(tau * rng.normal(size=size), dim, True)) @ a @ e for _ in range(draws)]
+    )
+    expected = 0.5 * tau**2 * (a + np.trace(a) * np.eye(dim))
+    se = prods.std(axis=0) / np.sqrt(draws)
+    assert np.all(np.abs(prods.mean(axis=0) - expected) < 4 * se), (prods.mean(0), expected)
 
 
 def test_what_the_curvature_noise_may_fake_is_exceeded_in_under_one_release_in_a_hundred():

@@ -61,6 +61,12 @@ steps after them could not remove it: all of it under a metric floored far above
 (few rows, a small budget), none under one that matches it (:func:`_travel_noise`,
 ``errors["travel"]``); it goes into the spread.
 
+**Coupling.** The last curvature is diagonal in its own eigenbasis, so the data's coupling of
+an informed direction to one the noise hides is the noise's entry there, and where the walk
+stopped anywhere in the hidden direction's (prior-wide) spread, the informed direction's
+estimate tilts with it; that tilt goes into the informed directions' spread
+(:func:`_with_coupling`, ``errors["coupling"]``).
+
 Budget (shares of the Gaussian privacy loss ``mu``, composed exactly with the sampling that
 follows, once per run): 6% on each curvature, 1% on each curvature histogram and 3% on each
 gradient histogram, 40% on the last gradient (it fixes :math:`\hat q`) and the rest on the
@@ -170,7 +176,8 @@ class WarmStart:
         left, :func:`_walk_remaining`), the clip ``c`` chosen, ``combined`` when the last
         two targets were averaged, ``retreats`` (0 or 1, :func:`_retreat`) and after one
         ``last_step``, ``bracket`` and ``lost`` (the spread they add, :class:`_Line`);
-        ``travel`` (the travel steps' noise left, :func:`_travel_noise`).
+        ``travel`` (the travel steps' noise left, :func:`_travel_noise`) and ``coupling``
+        (the tilt of informed directions by hidden ones, :func:`_with_coupling`).
     unit : ndarray (D,)
         Posterior sds of the fit's metric, the unit of :attr:`expected_error`.
     walk : ndarray (D,) or None
@@ -598,6 +605,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     if not np.all(np.isfinite(travelled)):
         raise WarmStartError(_NO_FINITE_FIT)
     fit = _with_travel(fit, travelled)
+    fit = _with_coupling(fit, cur, _prior_precision(likelihood, fit.mean))
     # draws can be made (a LinAlgError is the caller's WarmStartError): a travel noise of
     # 1e18 sds from a start at log sd -455 left the covariance singular in floating point
     np.linalg.cholesky(fit.posterior_cov)
@@ -832,6 +840,41 @@ def _with_travel(fit: WarmStart, travel: np.ndarray) -> WarmStart:
     noise_cov = fit.noise_cov + travel
     errors = dict(fit.errors)
     errors["travel"] = float(np.sqrt(np.max(np.diag(travel) / fit.unit**2)))
+    errors["largest"] = float(_median_largest(noise_cov, fit.unit))
+    return replace(fit, noise_cov=noise_cov, errors=errors)
+
+
+def _with_coupling(fit: WarmStart, cur: _Curvature, prec) -> WarmStart:
+    """The fit with the tilt the curvature's noise gives its informed directions.
+
+    The last release is diagonal in its own eigenbasis, so there the data's coupling of an
+    informed direction ``i`` to another ``k`` is minus the noise entry ``E_ik`` (symmetric
+    noise, entries ``tau``, ``tau / sqrt 2`` off the diagonal). Where the walk stopped short
+    along ``k`` by ``d_k`` (a direction the noise hides: anywhere in the prior's width), the
+    Newton target along ``i`` is off by ``E_ik d_k / M_ii``. With ``d ~ N(0, A)`` the fit's
+    covariance in those coordinates, ``E[E A E] = tau^2 / 2 (A + tr(A) I)``; the spread gets
+    it in the informed directions only (the hidden ones keep the prior's width already).
+    Found on statsmodels' cancer (Poisson, n = 301): the intercept known to 0.1 and 0.77 off,
+    the slope hidden and 2.3 off (7-9 of the fit's own sds in 2-4 of 600 seeds)."""
+    if prec is None:
+        return fit
+    dim = fit.mean.size
+    tau = cur.nu / np.sqrt(2.0 * dim)
+    u = cur.unwhiten  # q = W^T z: the release's coordinates are z = U^T q
+    a = u.T @ fit.posterior_cov @ u
+    m_inv = np.linalg.inv(
+        _positive_definite(np.linalg.solve(u, np.linalg.solve(u, cur.floored + prec).T), 1e-12)
+    )
+    tilt = m_inv @ (0.5 * tau**2 * (a + np.trace(a) * np.eye(dim))) @ m_inv
+    vals, vecs = np.linalg.eigh(0.5 * (cur.released + cur.released.T))
+    informed = vecs[:, vals > cur.nu + FAKED_NORM_MARGIN * tau]  # the directions `known` keeps
+    tilt = informed @ (informed.T @ tilt @ informed) @ informed.T
+    back = np.linalg.inv(u).T  # q = U^-T z
+    extra = back @ tilt @ back.T
+    extra = 0.5 * (extra + extra.T)
+    errors = dict(fit.errors)
+    errors["coupling"] = float(np.sqrt(np.max(np.diag(extra) / fit.unit**2)))
+    noise_cov = fit.noise_cov + extra
     errors["largest"] = float(_median_largest(noise_cov, fit.unit))
     return replace(fit, noise_cov=noise_cov, errors=errors)
 
