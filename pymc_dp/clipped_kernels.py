@@ -14,7 +14,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import pushforward
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import clone_replace, graph_replace
+from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.tensor.variable import TensorConstant
 
@@ -249,32 +249,52 @@ class ClippedKernels:
             w = pt.matrix("W", dtype=self._q.dtype, shape=(self.dim, self.dim))
             bound = pt.scalar("bound", dtype=self._q.dtype)
             edges = pt.vector("edges", dtype=self._q.dtype)
-            # directional derivatives along the rows of W: (W g_i)_a, then (W H_i W^T)_ab, so
-            # no (n, D, D) tensor is formed (for a GLM they fold to u (x.w_a), u' (x.w_a)(x.w_b))
-            dirs = [
-                pushforward(self._rows, self._q, w[a], disconnected_outputs="ignore")
-                for a in range(self.dim)
-            ]
             rows, cols = np.triu_indices(self.dim)
-            if observed:
-                entries = [
-                    -pushforward(dirs[a], self._q, w[b], disconnected_outputs="ignore")
-                    for a, b in zip(rows, cols, strict=True)
-                ]
-            else:
-                entries = [dirs[a] * dirs[b] for a, b in zip(rows, cols, strict=True)]
             weights = np.where(rows == cols, 1.0, 2.0)
-            sq = functools.reduce(pt.add, [k * e**2 for k, e in zip(weights, entries, strict=True)])
+            if observed:
+                entries = self._observed_entries(w, rows, cols)
+                sq = pt.sum(pt.as_tensor(weights)[:, None] * entries**2, axis=0)
+            else:
+                # directional derivatives along the rows of W, (W g_i)_a: no (n, D, D) tensor
+                dirs = [
+                    pushforward(self._rows, self._q, w[a], disconnected_outputs="ignore")
+                    for a in range(self.dim)
+                ]
+                entries = [dirs[a] * dirs[b] for a, b in zip(rows, cols, strict=True)]
+                sq = functools.reduce(
+                    pt.add, [k * e**2 for k, e in zip(weights, entries, strict=True)]
+                )
             finite, norms, scale = self._norm_scale(sq, bound)
             # each entry's contribution checked as summed: rewrites may compute the norm and the
             # entry in forms that disagree on overflow (a NaN past the norm's check: review 2)
-            upper = [pt.sum(_finite_or_zero(pt.switch(finite, e, 0.0) * scale)) for e in entries]
+            if observed:
+                kept = pt.switch(finite[None, :], entries, 0.0) * scale[None, :]
+                upper = pt.sum(_finite_or_zero(kept), axis=1)
+            else:
+                upper = pt.stack(
+                    [pt.sum(_finite_or_zero(pt.switch(finite, e, 0.0) * scale)) for e in entries]
+                )
             total = pt.zeros((self.dim, self.dim), dtype=self._q.dtype)
-            total = pt.set_subtensor(total[rows, cols], pt.stack(upper))
-            total = pt.set_subtensor(total[cols, rows], pt.stack(upper))
+            total = pt.set_subtensor(total[rows, cols], upper)
+            total = pt.set_subtensor(total[cols, rows], upper)
             outputs = [total, self._bin_counts(norms, edges), self._prior_grad]
             self._kernels[key] = self._compile([self._q, w, bound, edges], outputs, few=True)
         return self._kernels[key]
+
+    def _observed_entries(self, w: Variable, rows: np.ndarray, cols: np.ndarray) -> Variable:
+        """The (m, n) upper-triangle entries ``-(W H_i W^T)_ab``, ``(a, b) = (rows_k, cols_k)``:
+        the second directional derivative ``-d^2 l_i [t, s]`` built once for symbolic
+        directions ``t, s`` and vectorised over the m pairs of rows of ``W`` (for a GLM it folds
+        to ``-u'' (x.w_a)(x.w_b)``). One push-forward pair per entry (the graph quadratic in
+        D) took 80 s to rewrite for random intercepts of 11 groups (D = 14, 105 entries, 16631
+        nodes before rewriting); this graph's size does not grow with D (326 nodes there)."""
+        t = pt.vector("t", shape=(self.dim,), dtype=self._q.dtype)
+        s = pt.vector("s", shape=(self.dim,), dtype=self._q.dtype)
+        first = pushforward(self._rows, self._q, t, disconnected_outputs="ignore")
+        second = pushforward(first, self._q, s, disconnected_outputs="ignore")
+        entries = -vectorize_graph(second, {t: w[rows], s: w[cols]})
+        # rows whose curvature reads neither direction (linear in q): one (n,) graph of zeros
+        return pt.broadcast_to(entries, (len(rows), self._rows.shape[0]))
 
     def _unrolled_fisher(self) -> bool:
         """Whether :meth:`curvature_kernel` sums the empirical Fisher entry by entry: under
