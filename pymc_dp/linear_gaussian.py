@@ -460,6 +460,8 @@ def surrogate_logp(
     coefs: Variable,
     sigma: Variable,
     latent: Variable,
+    *,
+    whitened: bool = False,
 ) -> Variable:
     r"""Log-density of the released statistics given the model's parameters and the latent
     noise of the covariates' Gram matrix and cross products (module docstring).
@@ -469,6 +471,10 @@ def surrogate_logp(
     squares ``c`` is integrated out: :math:`\tilde c - b^\top A^{-1} b` is the residual sum of
     squares (:math:`\sigma^2\chi^2_{n-k}`) plus the release's noise (:func:`log_rss_density`).
     ``-inf`` where the latent ``A`` is not positive definite.
+
+    ``whitened``: ``b``'s entries of ``latent`` are instead the standardised coordinates ``z``
+    of ``b`` given everything but ``c`` (:func:`_whitened_b`), the same joint density in other
+    coordinates (their standard Normal prior is the caller's, as for the noise).
     """
     m = release.gram.shape[0]
     k = m - 1
@@ -480,9 +486,31 @@ def surrogate_logp(
     a, b, c = g[:k, :k], g[:k, k], g[k, k]
     noise_c = float(release.noise_sd[k, k]) ** 2
     consistency = 0.0
+    b_obs, b_var = pt.as_tensor(release.gram[:k, k]), release.noise_sd[:k, k] ** 2
     if release.residual is not None:
-        b, c, noise_c, consistency = _with_residuals(release, a, latent[cols == k])
-    # the model in encoded units: y_enc = y_scale (w0 + w z) + y_shift, z = (z_enc - shift)/scale
+        b_obs, b_var, consistency = _with_residuals(release, a)
+        b = b_obs - np.sqrt(b_var) * latent[cols == k]
+    beta, s2 = _encoded(release, intercept, coefs, sigma)
+    chol = pt.linalg.cholesky(a, lower=True, on_error="nan")
+    if whitened:
+        b, log_b = _whitened_b(a, chol, beta, s2, b_obs, b_var, latent[cols == k])
+        h = pt.linalg.solve_triangular(chol, b, lower=True)
+    else:
+        h = pt.linalg.solve_triangular(chol, b, lower=True)
+        resid = h - chol.T @ beta  # L^-1 (b - A beta)
+        half_logdet = pt.sum(pt.log(pt.diag(chol)))
+        log_b = -0.5 * k * pt.log(2 * np.pi * s2) - half_logdet - pt.sum(resid**2) / (2 * s2)
+    if release.residual is not None:
+        c, noise_c, consistency_c = _residual_c(release, a, b)
+        consistency = consistency + consistency_c
+    log_c = log_rss_density(c - pt.sum(h**2), s2, noise_c, release.n - k)
+    ok = pt.all(pt.isfinite(chol))
+    return pt.switch(ok, log_b + log_c + consistency, -np.inf)
+
+
+def _encoded(release: GramRelease, intercept, coefs, sigma):
+    """The model's coefficients and noise variance in encoded units: ``y_enc = y_scale (w0 +
+    w z) + y_shift`` with ``z = (z_enc - shift) / scale``."""
     slope = coefs / release.x_scale
     beta = pt.concatenate(
         [
@@ -492,44 +520,72 @@ def surrogate_logp(
             release.y_scale * slope,
         ]
     )
-    s2 = (release.y_scale * sigma) ** 2
-    chol = pt.linalg.cholesky(a, lower=True, on_error="nan")
-    h = pt.linalg.solve_triangular(chol, b, lower=True)
-    resid = h - chol.T @ beta  # L^-1 (b - A beta)
-    half_logdet = pt.sum(pt.log(pt.diag(chol)))
-    log_b = -0.5 * k * pt.log(2 * np.pi * s2) - half_logdet - pt.sum(resid**2) / (2 * s2)
-    log_c = log_rss_density(c - pt.sum(h**2), s2, noise_c, release.n - k)
-    ok = pt.all(pt.isfinite(chol))
-    return pt.switch(ok, log_b + log_c + consistency, -np.inf)
+    return beta, (release.y_scale * sigma) ** 2
 
 
-def _with_residuals(release: GramRelease, a, latent_b):
-    r"""``(b, c, noise variance of c, log consistency)`` of the two-stage release, exact.
+def _whitened_b(a, chol, beta, s2, b_obs, b_var, z):
+    r"""``(b, log density)``: the true cross products ``b`` at standardised coordinates ``z``,
+    and the density of what was observed of ``b`` with ``b`` integrated out.
+
+    The model says :math:`b \sim N(A\beta, s^2 A)`; the release observes
+    :math:`b_{obs} = b + e`, :math:`e \sim N(0, V)` (``V`` diagonal). Their joint is
+    :math:`N(b_{obs}; A\beta, s^2A + V)\, N(b; m, C)` with :math:`C^{-1} = A^{-1}/s^2 + V^{-1}`,
+    :math:`m = C(\beta / s^2 + V^{-1} b_{obs})`; ``b = m + R^{-T} z`` (``C^{-1} = R R^T``) has
+    density :math:`N(z; 0, I)` times the first factor. Sampling ``z`` instead of the noise
+    of ``b`` removes the funnel between the noise sd and ``b`` where :math:`s^2 A` is small
+    against ``V`` (few rows, a noisy release: statsmodels' engel, n = 235, hundreds of NUTS
+    divergences a chain), and is the plain latent where ``V`` is small."""
+    k = a.shape[0]
+    cov = s2 * a + pt.diag(b_var)
+    chol_m = pt.linalg.cholesky(cov, lower=True, on_error="nan")
+    r = pt.linalg.solve_triangular(chol_m, b_obs - a @ beta, lower=True)
+    log_b = -0.5 * k * np.log(2 * np.pi) - pt.sum(pt.log(pt.diag(chol_m))) - 0.5 * pt.sum(r**2)
+    inv_l = pt.linalg.solve_triangular(chol, pt.eye(k), lower=True)
+    precision = inv_l.T @ inv_l / s2 + pt.diag(1.0 / b_var)
+    chol_p = pt.linalg.cholesky(precision, lower=True, on_error="nan")
+    rhs = beta / s2 + b_obs / b_var
+    mean = pt.linalg.solve_triangular(
+        chol_p.T, pt.linalg.solve_triangular(chol_p, rhs, lower=True), lower=False
+    )
+    b = mean + pt.linalg.solve_triangular(chol_p.T, z, lower=False)
+    ok = pt.all(pt.isfinite(chol_m)) & pt.all(pt.isfinite(chol_p))
+    return b, pt.switch(ok, log_b, -np.inf)
+
+
+def _with_residuals(release: GramRelease, a):
+    r"""``(b_obs, V, log consistency)``: the two-stage release's two observations of ``b`` as
+    one, :math:`b_{obs} = b + N(0, V)`, exact.
 
     The residual release observes :math:`\tilde t = b - A\beta_p + e_t` and
-    :math:`\tilde s = c - 2\beta_p^\top b + \beta_p^\top A \beta_p + e_s`: given the latent
+    :math:`\tilde s = c - 2\beta_p^\top b + \beta_p^\top A\beta_p + e_s`: given the latent
     ``A`` (and ``b``) they are second observations :math:`\tilde t + A\beta_p` of ``b`` and
     :math:`\tilde s + 2\beta_p^\top b - \beta_p^\top A\beta_p` of ``c``. Two Gaussian
     observations of one value are one at their precision-weighted mean times the density of
-    their difference, which depends on the latent ``A``, ``b`` and is kept (``consistency``).
+    their difference, which depends on the latent ``A`` (and ``b``, :func:`_residual_c`) and is
+    kept (``consistency``).
     """
     res = release.residual
     k = release.gram.shape[0] - 1
-    pilot = res.pilot
     v1_b = release.noise_sd[:k, k] ** 2
     v2_b = np.full(k, res.cross_sd**2)
     vb = 1.0 / (1.0 / v1_b + 1.0 / v2_b)
     b1 = release.gram[:k, k]
-    b2 = res.cross + a @ pilot
-    b = (b1 / v1_b + b2 / v2_b) * vb - np.sqrt(vb) * latent_b
+    b2 = res.cross + a @ res.pilot
     consistency = -0.5 * pt.sum((b1 - b2) ** 2 / (v1_b + v2_b))
+    return (b1 / v1_b + b2 / v2_b) * vb, vb, consistency
+
+
+def _residual_c(release: GramRelease, a, b):
+    """``(c, noise variance of c, log consistency)`` of the two-stage release given the latent
+    ``A`` and ``b`` (:func:`_with_residuals`)."""
+    res = release.residual
+    k = release.gram.shape[0] - 1
+    pilot = res.pilot
     v1_c, v2_c = float(release.noise_sd[k, k]) ** 2, res.squares_sd**2
     vc = 1.0 / (1.0 / v1_c + 1.0 / v2_c)
     c1 = float(release.gram[k, k])
     c2 = res.squares + 2.0 * pt.dot(pilot, b) - pt.dot(pilot, a @ pilot)
-    c = (c1 / v1_c + c2 / v2_c) * vc
-    consistency = consistency - 0.5 * (c1 - c2) ** 2 / (v1_c + v2_c)
-    return b, c, vc, consistency
+    return (c1 / v1_c + c2 / v2_c) * vc, vc, -0.5 * (c1 - c2) ** 2 / (v1_c + v2_c)
 
 
 def bounds_for(

@@ -893,3 +893,69 @@ def test_the_parameters_jitter_is_redrawn_until_the_start_is_finite():
     for seed in range(6):
         draws, _ = step.sample_surrogate(10, np.random.default_rng(seed))
         assert np.all(np.isfinite(draws)) and np.all(draws[:, 1] > 0)
+
+
+def _centred_and_whitened(rel):
+    """Both parameterisations of ``b`` as functions of ``(q-free parameters, A's latent, b's
+    latent)``, and ``b`` at whitened coordinates."""
+    from pymc_dp.linear_gaussian import _encoded, _whitened_b
+
+    k = rel.gram.shape[0] - 1
+    rows, cols = noise_entries(k + 1)
+    w0, s_ = pt.dscalars("w0", "s")
+    w, lat = pt.dvector("w"), pt.dvector("lat")
+    centred = pytensor.function([w0, w, s_, lat], surrogate_logp(rel, w0, w, s_, lat))
+    white = pytensor.function([w0, w, s_, lat], surrogate_logp(rel, w0, w, s_, lat, whitened=True))
+    d = pt.zeros((k + 1, k + 1))
+    d = pt.set_subtensor(d[rows, cols], rel.noise_sd[rows, cols] * lat)
+    a = rel.gram[:k, :k] - (d + pt.triu(d, 1).T)[:k, :k]
+    beta, s2 = _encoded(rel, w0, w, s_)
+    if rel.residual is None:
+        b_obs, b_var = rel.gram[:k, k], rel.noise_sd[:k, k] ** 2
+    else:
+        from pymc_dp.linear_gaussian import _with_residuals
+
+        b_obs, b_var, _ = _with_residuals(rel, a)
+    b, _ = _whitened_b(a, pt.linalg.cholesky(a, lower=True), beta, s2, b_obs, b_var, lat[cols == k])
+    b_fn = pytensor.function([w0, w, s_, lat], [b, pt.as_tensor(b_obs)], on_unused_input="ignore")
+    return centred, white, b_fn, np.sqrt(b_var), cols == k
+
+
+@pytest.mark.parametrize("two_stage", [False, True])
+def test_the_whitened_b_is_the_same_density_in_other_coordinates(two_stage):
+    """``b = m + R^-T z`` maps the whitened ``z`` onto the plain latent noise ``e = (b_obs -
+    b) / sd`` affinely, so (each with its standard Normal prior) the two log densities differ by
+    ``log |de/dz|``, which here is measured by finite differences at several parameter points,
+    latent A and z: the whitened density is exact, not an approximation."""
+    rng = np.random.default_rng(4)
+    n, p = 300, 2
+    X = rng.uniform(-1, 1, (n, p))
+    y = 0.2 + X @ [0.5, -0.3] + rng.normal(0, 0.4, n)
+    kw = {"x_bounds": (-1.0, 1.0), "y_bounds": (-3.0, 3.0), "mu": 0.5}
+    make = release_two_stage if two_stage else release_gram
+    rel = make(X, y, **kw, noise=NoiseSource(3))
+    assert (rel.residual is not None) == two_stage
+    centred, white, b_fn, sd_b, in_b = _centred_and_whitened(rel)
+    base = start_noise(rel)
+    gaps = []
+    for _ in range(4):
+        w0v, wv, sv = rng.normal(0.2, 0.1), rng.normal(0, 0.3, p), rng.uniform(0.3, 0.8)
+        lat = base + np.where(in_b, rng.normal(0, 1, in_b.size), rng.normal(0, 0.05, in_b.size))
+
+        def plain(latent, w0v=w0v, wv=wv, sv=sv):
+            b, b_obs = b_fn(w0v, wv, sv, latent)
+            out = latent.copy()
+            out[in_b] = (b_obs - b) / sd_b
+            return out
+
+        e = plain(lat)
+        jac = np.empty((in_b.sum(), in_b.sum()))
+        for j, idx in enumerate(np.flatnonzero(in_b)):
+            step = np.zeros(lat.size)
+            step[idx] = 1e-6
+            jac[:, j] = (plain(lat + step)[in_b] - plain(lat - step)[in_b]) / 2e-6
+        log_jac = np.linalg.slogdet(jac)[1]
+        lhs = white(w0v, wv, sv, lat) - 0.5 * np.sum(lat[in_b] ** 2)
+        rhs = centred(w0v, wv, sv, e) - 0.5 * np.sum(e[in_b] ** 2) + log_jac
+        gaps.append(lhs - rhs)
+    np.testing.assert_allclose(gaps, 0.0, atol=1e-6)

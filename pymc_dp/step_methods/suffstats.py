@@ -248,7 +248,8 @@ class DPSuffStats(DPStep):
                 if const.size:
                     intercept = intercept + pt.dot(coefs[const], self._constant_value)
                     coefs = coefs[np.flatnonzero(~self._constant)]
-                return surrogate_logp(self.release, intercept, coefs, sigma, latent) + extra
+                logp = surrogate_logp(self.release, intercept, coefs, sigma, latent, whitened=True)
+                return logp + extra
 
             self._surrogate = surrogate_model(self.likelihood, statistics)
         return self._surrogate
