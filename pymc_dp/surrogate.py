@@ -37,6 +37,8 @@ review: 2.1-3.8 own sds short; 2.4-2.7 with their spread kept).
 from __future__ import annotations
 
 import logging
+import re
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -54,6 +56,14 @@ __all__ = [
     "surrogate_model",
     "walk_left",
 ]
+
+#: What PyMC's NUTS says on a surrogate that is dropped (:func:`sample_chain`): the notice of the
+#: dense metric the step chose, and NumPy's floating-point errors on a diverging trajectory (the
+#: divergences are counted and warned about by :mod:`pymc_dp.diagnostics`).
+_DROPPED = re.compile(
+    r"QuadPotentialFullAdapt is an experimental feature"
+    r"|(overflow|invalid value|divide by zero|underflow) encountered"
+)
 
 #: Largest distance, in fit sds, of the Gaussian surrogate's centre from the fit's mean.
 CENTRE_CAP = 3.0
@@ -95,25 +105,52 @@ def sample_chain(
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        idata = compiling.locked(  # NUTS on the surrogate: no rows, no Dask worker
-            pm.sample,
-            draws=draws,
-            tune=tune,
-            chains=1,
-            cores=1,
-            model=model,
-            random_seed=int(rng.integers(2**63)),
-            initvals=start,
-            init=init,
-            target_accept=target_accept,
-            progressbar=False,
-            compute_convergence_checks=False,
-            compile_kwargs=compile_kwargs,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idata = _nuts(model, draws, tune, rng, start, init, target_accept, compile_kwargs)
     finally:
         logger.setLevel(level)
+    _pass_on(caught)
     q = np.asarray(idata.posterior["q"].values[0], dtype=np.float64)
     return q, np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
+
+
+def _pass_on(caught) -> None:
+    """Re-emit what NUTS warned on a surrogate, with its text, but for :data:`_DROPPED`.
+
+    Unlike a warning while code reads rows (:func:`pymc_dp.boundary.guarded` withholds those:
+    they may print data values), these may be passed on: the surrogate model holds released
+    values, the model's exact prior (refused where it reads private data) and public
+    configuration only, so whatever PyMC prints about it is post-processing of the release.
+    Re-emitted from here (pymc-dp's code), ``guarded`` passes them."""
+    for w in caught:
+        text = str(w.message)
+        if _DROPPED.search(text):
+            continue
+        category = w.category if issubclass(w.category, Warning) else UserWarning
+        warnings.warn(
+            f"pymc-dp: NUTS on the released statistics (no data read) warned: {text}",
+            category,
+            stacklevel=4,
+        )
+
+
+def _nuts(model, draws, tune, rng, start, init, target_accept, compile_kwargs):
+    return compiling.locked(  # NUTS on the surrogate: no rows, no Dask worker
+        pm.sample,
+        draws=draws,
+        tune=tune,
+        chains=1,
+        cores=1,
+        model=model,
+        random_seed=int(rng.integers(2**63)),
+        initvals=start,
+        init=init,
+        target_accept=target_accept,
+        progressbar=False,
+        compute_convergence_checks=False,
+        compile_kwargs=compile_kwargs,
+    )
 
 
 def likelihood_precision(
