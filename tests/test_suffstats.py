@@ -354,7 +354,7 @@ def test_an_undeclared_intercept_column_is_warned_about():
         Xd = pm.Data("X", X)
         beta = pm.Normal("beta", 0, 2, shape=2)
         pm.Normal("y", Xd @ beta, 1.0, observed=rng.normal(size=500))
-        with pytest.warns(UserWarning, match="singular within its noise"):
+        with pytest.warns(UserWarning, match="an intercept column in X"):
             pdp.DPSuffStats(epsilon=2.0, outcome_bounds=(-5, 5), compile_kwargs=FAST)
 
 
@@ -1004,3 +1004,35 @@ def test_the_whitened_b_is_the_same_density_in_other_coordinates(two_stage):
         rhs = centred(w0v, wv, sv, e) - 0.5 * np.sum(e[in_b] ** 2) + log_jac
         gaps.append(lhs - rhs)
     np.testing.assert_allclose(gaps, 0.0, atol=1e-6)
+
+
+def test_the_spread_warning_names_its_cause():
+    """The covariates' spread within the noise was blamed on collinearity or an intercept column
+    whatever its cause (engel: one covariate, nothing collinear). Now the release is compared
+    with what n rows spread over the declared ranges would give (n / 3): engel-like skewed
+    values use a small part of their range; two copies of a covariate are collinear; 30 rows
+    at epsilon 0.5 are too few whatever the covariates."""
+
+    def messages(model, **kw):
+        with model, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pdp.DPSuffStats(noise_seed=0, compile_kwargs=FAST, **kw)
+        return " ".join(str(w.message) for w in caught if "spread" in str(w.message))
+
+    text = messages(_engel_like(), epsilon=1.0, outcome_bounds=(0, 25))
+    assert "X (" in text and "small part of their declared range" in text
+    assert "collinear" not in text
+    rng = np.random.default_rng(0)
+
+    def linear(X, n):
+        with pm.Model() as m:
+            Xd = pm.Data("X", X)
+            b = pm.Normal("b", 0, 2, shape=X.shape[1])
+            pm.Normal("y", 0.1 + Xd @ b, 1.0, observed=rng.normal(size=n))
+        return m
+
+    x = rng.uniform(-1, 1, 4000)
+    text = messages(linear(np.c_[x, x], 4000), epsilon=1.0, outcome_bounds=(-5, 5))
+    assert "collinear" in text and "small part" not in text
+    text = messages(linear(rng.uniform(-1, 1, (30, 2)), 30), epsilon=0.5, outcome_bounds=(-5, 5))
+    assert "too few rows" in text

@@ -56,19 +56,63 @@ def _signal_to_noise(release) -> tuple[float, float]:
     return smallest, 2.0 * np.sqrt(k) * float(release.noise_sd[0, 1])
 
 
-def _warn_if_singular(release) -> None:
-    """Warn when the released Gram matrix of the covariates is singular within its noise."""
-    smallest, level = _signal_to_noise(release)
-    if smallest < level:
-        warnings.warn(
-            f"pymc-dp: the released Gram matrix of the covariates is singular within its noise "
-            f"(smallest eigenvalue {smallest:.3g} against a noise level {level:.3g}): constant "
-            "or collinear covariates (an intercept column in X? declare it with "
-            "covariate_bounds lo == hi), or too few rows for this epsilon. The posterior of "
-            "their coefficients is then mostly prior.",
-            UserWarning,
-            stacklevel=3,
+def _spread_to_noise(release) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The covariates' spread in the release against its noise, post-processing: the released
+    centred Gram matrix ``S = B - s s^T / n`` (``n`` times the covariates' covariance, in the
+    [-1, 1] encoding) as its diagonal and smallest eigenvalue, and a noise level for each (about
+    2 entry sds; the spectral norm's ``2 sqrt(p)`` for the eigenvalue)."""
+    k = release.gram.shape[0] - 1
+    n, s, sd = float(release.n), release.gram[1:k, 0], release.noise_sd
+    spread = release.gram[1:k, 1:k] - np.outer(s, s) / n
+    # S's noise: B's own and s's through -(s e^T + e s^T) / n (independent entries)
+    var = (
+        sd[1:k, 1:k] ** 2
+        + (np.outer(s**2, sd[1:k, 0] ** 2) + np.outer(sd[1:k, 0] ** 2, s**2)) / n**2
+    )
+    entry_sd = np.sqrt(var)
+    diag_level = 2.0 * np.sqrt(np.diag(var))
+    smallest = float(np.linalg.eigvalsh(spread)[0])
+    return np.diag(spread), diag_level, smallest, 2.0 * np.sqrt(k - 1) * float(entry_sd.max())
+
+
+def _warn_if_singular(release, labels: Sequence[str]) -> None:
+    """Warn when the covariates' spread in the release is within its noise, saying which of
+    three causes the release shows: too few rows for the noise whatever the covariates (n rows
+    spread over their declared ranges, as a uniform design, would give a spread of n / 3 each),
+    covariates that vary little within their declared ranges, or covariates that are (nearly)
+    collinear. From the release and public values only."""
+    if release.gram.shape[0] < 3:
+        return
+    diag, diag_level, smallest, level = _spread_to_noise(release)
+    if smallest >= level:
+        return
+    full = release.n / 3.0  # a design spread over the declared ranges
+    head = "pymc-dp: the covariates' spread in the released Gram matrix is within its noise"
+    tail = ". Their coefficients' posterior is then wide (mostly prior)."
+    narrow = [
+        f"{lab} ({d:.3g})" for lab, d, lv in zip(labels, diag, diag_level, strict=True) if d < lv
+    ]
+    if full < level:
+        text = (
+            f"{head} ({smallest:.3g} against a noise level {level:.3g}): too few rows for this "
+            f"epsilon, as n = {release.n} rows spread over their declared ranges would give "
+            f"about {full:.3g} each; more rows or a larger epsilon"
         )
+    elif narrow:
+        text = (
+            f"{head} for {', '.join(narrow)}, against a noise level {level:.3g} where "
+            f"n = {release.n} rows spread over the declared range would give about {full:.3g}: "
+            "most values lie in a small part of their declared range. Narrower public bounds "
+            "(if known without the data; values beyond are clipped) or a transformed covariate "
+            "that spreads over its range (e.g. a log) help; a constant column (an intercept "
+            "column in X?) is declared with covariate_bounds lo == hi"
+        )
+    else:
+        text = (
+            f"{head}: the covariates are (nearly) collinear (smallest eigenvalue of their "
+            f"spread {smallest:.3g} against a noise level {level:.3g})"
+        )
+    warnings.warn(text + tail, UserWarning, stacklevel=3)
 
 
 class DPSuffStats(DPStep):
@@ -176,7 +220,7 @@ class DPSuffStats(DPStep):
             sigma_free=bool(sigma_free),
         )
         del design, outcome
-        _warn_if_singular(self.release)
+        _warn_if_singular(self.release, self._labels()[1:-1])
         self._surrogate: pm.Model | None = None
         self._start_logp = None
 
@@ -187,12 +231,7 @@ class DPSuffStats(DPStep):
         folded in; left out where the model has no intercept), the coefficient of each released
         design column by its container's name (``X[1]``), ``sigma`` (where it is free)."""
         figures = expected_error(self.release)
-        columns = []  # the design's columns, by the container they come from
-        pairs = zip(self.linear.covariates, self.linear.widths, strict=True)
-        for i, (inp, width) in enumerate(pairs):
-            name = inp.var.name or f"x{i}"
-            columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
-        labels = ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
+        labels = self._labels()
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
         keep = np.ones(len(labels), bool)
         keep[0] = self._constant.any() or self.linear.has_intercept(self.likelihood.dim)
@@ -206,6 +245,15 @@ class DPSuffStats(DPStep):
                 "noise": float(mean_abs.max()),
             }
         )
+
+    def _labels(self) -> list[str]:
+        """``intercept``, the released design columns by their container's name, ``sigma``."""
+        columns = []  # the design's columns, by the container they come from
+        pairs = zip(self.linear.covariates, self.linear.widths, strict=True)
+        for i, (inp, width) in enumerate(pairs):
+            name = inp.var.name or f"x{i}"
+            columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
+        return ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
 
     @classmethod
     def _tunable(cls) -> bool:
