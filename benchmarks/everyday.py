@@ -183,7 +183,8 @@ def _nuts(m: pm.Model):
 def _reported_largest(idata) -> float:
     """What the run's report predicts for its largest error, from released values (NaN if none)."""
     fit_error = pdp.privacy_report(idata).fit_error or {}
-    return float(fit_error.get("expected_largest_error", np.nan))
+    value = fit_error.get("expected_largest_error")  # None: the release bounds no mean
+    return np.nan if value is None else float(value)
 
 
 def _reference(m: pm.Model) -> tuple[np.ndarray, np.ndarray]:

@@ -662,8 +662,14 @@ def _pair(spec, name: str, width: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-#: Parametric bootstrap draws of :func:`expected_error` (post-processing of the release).
+#: Parametric bootstrap draws of :func:`expected_error` (post-processing of the release): kept
+#: draws (a positive definite A), the attempts allowed per kept draw, and the fewest kept draws
+#: that give a figure.
 _ERROR_DRAWS = 400
+_ERROR_TRIES = 25
+_ERROR_MIN_DRAWS = 40
+#: The sd of a Normal over its median absolute deviation.
+_MAD_TO_SD = 1.482602218505602
 
 
 def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str, np.ndarray]:
@@ -678,15 +684,19 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     statistics given the drawn ``A``, as :func:`surrogate_logp` reads them). The prior's pull is
     not in it, and where the noise rivals the signal (few rows, a residual sd small against the
     outcome's range) the figure is rough: it is normalised by the release's own noisy residual
-    sd (a review measured sigma's error 2x above its figure at n = 1000, epsilon 2). ``inf``
-    where the noise leaves the covariates' Gram matrix indefinite in most draws, or n <= k.
+    sd (a review measured sigma's error 2x above its figure at n = 1000, epsilon 2). Draws
+    whose ``A`` is indefinite or whose residual sum of squares is negative are left out (no
+    data set has those statistics); the spread is
+    the median absolute deviation's. ``inf`` where the noise leaves the covariates' Gram matrix
+    indefinite in nearly every draw (fewer than 40 of 10 000), or n <= k.
 
     Returns
     -------
     dict
-        ``"error_sd"``: the sd of each model parameter's non-private mean over the draws, in
-        its non-private posterior sds (intercept, the coefficients of the released columns,
-        sigma); ``"largest"``: the median over draws of the largest distance from their mean.
+        ``"error_sd"``: the spread (MAD, as an sd) of each model parameter's non-private mean
+        over the draws, in its non-private posterior sds (intercept, the coefficients of the
+        released columns, sigma); ``"largest"``: the median over draws of the largest distance
+        from their median.
     """
     m = release.gram.shape[0]
     k = m - 1
@@ -698,16 +708,20 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     upper[0, 0] = False  # n is exact
     sd_a = np.where(upper, release.noise_sd[:k, :k], 0.0)
     betas, sigmas = [], []
-    for _ in range(draws):
+    for _ in range(_ERROR_TRIES * draws):
         e = np.triu(rng.standard_normal((k, k)) * sd_a)
         a = release.gram[:k, :k] - e - np.triu(e, 1).T
         b, c = _statistics_given(release, a, rng)
         if np.linalg.eigvalsh(a)[0] <= 0:
-            continue  # not a Gram matrix: the statistics of no data set
+            continue  # not a Gram matrix: the statistics of no data set (nor of the posterior)
         beta = np.linalg.solve(a, b)
+        if c - b @ beta <= 0:
+            continue  # a negative residual sum of squares: no data set either
         betas.append(beta)
-        sigmas.append(np.sqrt(max(c - b @ beta, 0.0) / (release.n - k)))
-    if len(betas) < draws // 2:  # the noise swamps A: nothing to say but "large"
+        sigmas.append(np.sqrt((c - b @ beta) / (release.n - k)))
+        if len(betas) == draws:
+            break
+    if len(betas) < _ERROR_MIN_DRAWS:  # the noise swamps A: nothing to say but "unbounded"
         return unknown
     betas, sigmas = np.asarray(betas), np.asarray(sigmas)
     # encoded -> the model's intercept and coefficients (a linear map: the ratio is invariant)
@@ -724,9 +738,14 @@ def expected_error(release: GramRelease, draws: int = _ERROR_DRAWS) -> dict[str,
     sigma = np.sqrt(s2)
     sd_sigma = sigma / np.sqrt(2.0 * (release.n - k))
     w = betas @ to_model.T
-    spread = np.c_[(w - w.mean(0)) / sd_w, (sigmas - sigmas.mean()) / max(sd_sigma, 1e-300)]
+    spread = np.c_[w / sd_w, sigmas / max(sd_sigma, 1e-300)]
+    # robust: where A may be near singular, A^-1 b has heavy tails (a ratio) whose sd says
+    # nothing of a posterior the prior holds (statsmodels' engel: sds of 84-858 posterior sds,
+    # inf where half the draws were indefinite); the median absolute deviation is the sd for
+    # Gaussian spread
+    spread = spread - np.median(spread, axis=0)
     return {
-        "error_sd": spread.std(0),
+        "error_sd": _MAD_TO_SD * np.median(np.abs(spread), axis=0),
         "largest": float(np.median(np.abs(spread).max(1))),
     }
 

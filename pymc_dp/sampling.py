@@ -550,10 +550,11 @@ class PrivacyReport:
     release: str = ""
 
     @property
-    def expected_error(self) -> dict[str, float]:
+    def expected_error(self) -> dict[str, float | None]:
         """Expected distance of each posterior mean from the non-private posterior's, in
         posterior sds, from released quantities only (private warm start, DPLaplace or
-        DPSuffStats' release); ``{}`` without one."""
+        DPSuffStats' release); ``{}`` without one; ``None`` per mean where the release does not
+        bound them (DPSuffStats: its noise leaves the covariates' Gram matrix indefinite)."""
         if not self.fit_error:
             return {}
         return dict(zip(self.fit_error["labels"], self.fit_error["expected_error"], strict=True))
@@ -585,7 +586,13 @@ class PrivacyReport:
                 "posterior sds expected at most (not in the intervals, not seen by R-hat)"
             )
         lines += [f"  mechanism:    {m}" for m in self.mechanisms]
-        if self.fit_error and self.release:
+        if self.fit_error and self.release and self.fit_error["expected_largest_error"] is None:
+            lines.append(
+                "  fit error:    not bounded by the release: its noise leaves the covariates' "
+                "Gram matrix indefinite in nearly every draw, so the likelihood does not hold "
+                "the means; the prior does (in the intervals: compare them with the prior's)"
+            )
+        elif self.fit_error and self.release:
             f = self.fit_error
             lines.append(
                 "  fit error:    distance of the means from the non-private posterior's, from "

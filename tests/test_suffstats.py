@@ -1036,3 +1036,40 @@ def test_the_spread_warning_names_its_cause():
     assert "collinear" in text and "small part" not in text
     text = messages(linear(rng.uniform(-1, 1, (30, 2)), 30), epsilon=0.5, outcome_bounds=(-5, 5))
     assert "too few rows" in text
+
+
+def test_the_report_never_prints_inf():
+    """engel-like at epsilon 1, noise seed 0: most bootstrap draws of the release had an
+    indefinite A, and the report printed ``inf`` posterior sds (a ratio's heavy tails gave
+    84-858 elsewhere). Draws of no data set (A indefinite, a negative residual sum of squares)
+    are left out and the spread is robust: a finite figure. Where nearly no draw is valid (30
+    rows at epsilon 0.05) there is no figure: the report says why instead of ``inf``."""
+    from pymc_dp.linear_gaussian import expected_error
+
+    with _engel_like(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPSuffStats(
+            epsilon=1.0, outcome_bounds=(0, 25), noise_seed=0, compile_kwargs=FAST
+        )
+    figures = expected_error(step.release)
+    assert np.all(np.isfinite(figures["error_sd"])) and np.isfinite(figures["largest"])
+    assert 1.0 < figures["largest"] < 50.0  # the noise rivals the spread: large, not absurd
+    with _engel_like(n=30), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pdp.DPSuffStats(
+            epsilon=0.05, outcome_bounds=(0, 25), noise_seed=0, nuts_tune=20, compile_kwargs=FAST
+        )
+        idata = pdp.sample(
+            step=step,
+            draws=10,
+            tune=0,
+            chains=1,
+            cores=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    report = pdp.privacy_report(idata)
+    text = str(report)
+    assert "inf" not in text.replace("information", "") and "nan" not in text
+    assert "not bounded by the release" in text
+    assert set(report.expected_error.values()) == {None}

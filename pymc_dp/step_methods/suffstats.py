@@ -229,7 +229,10 @@ class DPSuffStats(DPStep):
         (:func:`~pymc_dp.linear_gaussian.expected_error`; the report's ``expected_error``), as
         a JSON attr: post-processing of the release. Labels: ``intercept`` (constant columns
         folded in; left out where the model has no intercept), the coefficient of each released
-        design column by its container's name (``X[1]``), ``sigma`` (where it is free)."""
+        design column by its container's name (``X[1]``), ``sigma`` (where it is free). Where
+        the release's noise leaves the covariates' Gram matrix indefinite in nearly every draw
+        the figures are ``None``: the likelihood does not bound the means there, the prior
+        does."""
         figures = expected_error(self.release)
         labels = self._labels()
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
@@ -237,12 +240,14 @@ class DPSuffStats(DPStep):
         keep[0] = self._constant.any() or self.linear.has_intercept(self.likelihood.dim)
         keep[-1] = self._sigma_free  # a fixed noise sd has no posterior to move
         labels, mean_abs = np.asarray(labels)[keep].tolist(), mean_abs[keep]
+        # no figure (JSON null, never inf): the noise leaves A indefinite in nearly every draw
+        bounded = bool(np.all(np.isfinite(mean_abs)))
         return json.dumps(
             {
                 "labels": labels,
-                "expected_error": [float(e) for e in mean_abs],
-                "expected_largest_error": float(figures["largest"]),
-                "noise": float(mean_abs.max()),
+                "expected_error": [float(e) if bounded else None for e in mean_abs],
+                "expected_largest_error": float(figures["largest"]) if bounded else None,
+                "noise": float(mean_abs.max()) if bounded else None,
             }
         )
 
