@@ -51,6 +51,7 @@ from pymc_dp import compiling
 __all__ = [
     "CENTRE_CAP",
     "WALK_LEFT",
+    "compile_logp_dlogp",
     "gaussian_surrogate",
     "sample_chain",
     "surrogate_model",
@@ -99,15 +100,27 @@ def sample_chain(
     init: str = "jitter+adapt_diag",
     target_accept: float = 0.9,
     compile_kwargs: dict | None = None,
+    logp_dlogp=None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One NUTS chain on ``model``: ``(draws, dim)`` values of ``q`` and the divergences."""
+    """One NUTS chain on ``model``: ``(draws, dim)`` values of ``q`` and the divergences.
+
+    ``logp_dlogp``: the model's compiled ``logp_dlogp_function`` (:func:`compile_logp_dlogp`),
+    shared by the chains of one step instead of compiled again by each (most of a chain's
+    time on a small model); then ``init`` is ``"adapt_diag"`` or ``"adapt_full"`` and
+    ``start`` is not jittered, as PyMC's own ``init`` of those names."""
     logger = logging.getLogger("pymc")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            idata = _nuts(model, draws, tune, rng, start, init, target_accept, compile_kwargs)
+            seed = int(rng.integers(2**63))
+            if logp_dlogp is None:
+                kwargs = {"init": init, "compile_kwargs": compile_kwargs}
+                kwargs["target_accept"] = target_accept
+            else:
+                kwargs = {"step": _nuts_step(model, start, init, target_accept, seed, logp_dlogp)}
+            idata = _nuts(model, draws, tune, seed, start, kwargs)
     finally:
         logger.setLevel(level)
     _pass_on(caught)
@@ -135,7 +148,7 @@ def _pass_on(caught) -> None:
         )
 
 
-def _nuts(model, draws, tune, rng, start, init, target_accept, compile_kwargs):
+def _nuts(model, draws, tune, seed, start, kwargs):
     return compiling.locked(  # NUTS on the surrogate: no rows, no Dask worker
         pm.sample,
         draws=draws,
@@ -143,14 +156,54 @@ def _nuts(model, draws, tune, rng, start, init, target_accept, compile_kwargs):
         chains=1,
         cores=1,
         model=model,
-        random_seed=int(rng.integers(2**63)),
+        random_seed=seed,
         initvals=start,
-        init=init,
-        target_accept=target_accept,
         progressbar=False,
         compute_convergence_checks=False,
-        compile_kwargs=compile_kwargs,
+        **kwargs,
     )
+
+
+def compile_logp_dlogp(model: pm.Model, compile_kwargs: dict | None = None):
+    """The surrogate's ``logp_dlogp_function`` as PyMC's ``init`` compiles it (under the
+    compile lock)."""
+    fn = compiling.locked(model.logp_dlogp_function, ravel_inputs=True, **(compile_kwargs or {}))
+    fn.trust_input = True
+    return fn
+
+
+def _nuts_step(model, start, init, target_accept, seed, logp_dlogp):
+    """PyMC's NUTS with the adaptive metric of ``init`` (``adapt_diag`` / ``adapt_full``, as
+    :func:`pymc.init_nuts` makes it) on a compiled ``logp_dlogp``."""
+    from pymc.blocking import DictToArrayBijection
+    from pymc.step_methods.hmc import quadpotential
+
+    point = {**model.initial_point(), **start}
+    point = {v.name: np.asarray(point[v.name]) for v in model.value_vars}
+    mean = DictToArrayBijection.map(point).data
+    rng = np.random.default_rng(seed)
+    if init == "adapt_full":
+        potential = quadpotential.QuadPotentialFullAdapt(
+            mean.size, mean, np.eye(mean.size), 10, rng=rng
+        )
+    elif init == "adapt_diag":
+        potential = quadpotential.QuadPotentialDiagAdapt(
+            mean.size, mean, np.ones(mean.size), 10, rng=rng
+        )
+    else:
+        raise ValueError(
+            f"a shared logp_dlogp takes init 'adapt_diag' or 'adapt_full', not {init!r}"
+        )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental feature")
+        return pm.NUTS(
+            potential=potential,
+            model=model,
+            rng=rng,
+            initial_point=point,
+            logp_dlogp_func=logp_dlogp,
+            target_accept=target_accept,
+        )
 
 
 def likelihood_precision(

@@ -41,7 +41,7 @@ from pymc_dp.linear_gaussian import (
 from pymc_dp.linear_residuals import release_two_stage
 from pymc_dp.step_methods.base import ONE_RELEASE_STATS, DPStep, Stat
 from pymc_dp.step_methods.registry import Example, register
-from pymc_dp.surrogate import sample_chain, surrogate_model
+from pymc_dp.surrogate import compile_logp_dlogp, sample_chain, surrogate_model
 
 __all__ = ["DPSuffStats"]
 
@@ -109,10 +109,21 @@ def _warn_if_singular(release, labels: Sequence[str]) -> None:
         )
     else:
         text = (
-            f"{head}: the covariates are (nearly) collinear (smallest eigenvalue of their "
-            f"spread {smallest:.3g} against a noise level {level:.3g})"
+            f"{head}: the covariates are (nearly) collinear, or too few rows for this many "
+            f"(smallest eigenvalue of their spread {smallest:.3g} against a noise level "
+            f"{level:.3g}, where rows spread over the declared ranges would give about {full:.3g})"
         )
     warnings.warn(text + tail, UserWarning, stacklevel=3)
+
+
+def _labels(linear, constant: np.ndarray) -> list[str]:
+    """``intercept``, the released design columns by their container's name, ``sigma``."""
+    columns = []  # the design's columns, by the container they come from
+    pairs = zip(linear.covariates, linear.widths, strict=True)
+    for i, (inp, width) in enumerate(pairs):
+        name = inp.var.name or f"x{i}"
+        columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
+    return ["intercept", *np.asarray(columns)[~constant].tolist(), "sigma"]
 
 
 class DPSuffStats(DPStep):
@@ -220,21 +231,20 @@ class DPSuffStats(DPStep):
             sigma_free=bool(sigma_free),
         )
         del design, outcome
-        _warn_if_singular(self.release, self._labels()[1:-1])
+        _warn_if_singular(self.release, _labels(self.linear, self._constant)[1:-1])
         self._surrogate: pm.Model | None = None
         self._start_logp = None
+        self._logp_dlogp_fn = None
 
     def error_attr(self) -> str:
         """How far the release's noise moves each posterior mean, in non-private posterior sds
         (:func:`~pymc_dp.linear_gaussian.expected_error`; the report's ``expected_error``), as
         a JSON attr: post-processing of the release. Labels: ``intercept`` (constant columns
         folded in; left out where the model has no intercept), the coefficient of each released
-        design column by its container's name (``X[1]``), ``sigma`` (where it is free). Where
-        the release's noise leaves the covariates' Gram matrix indefinite in nearly every draw
-        the figures are ``None``: the likelihood does not bound the means there, the prior
-        does."""
+        design column by its container's name (``X[1]``), ``sigma`` (where it is free); ``None``
+        where the noise leaves A indefinite in nearly every draw (the prior bounds the means)."""
         figures = expected_error(self.release)
-        labels = self._labels()
+        labels = _labels(self.linear, self._constant)
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
         keep = np.ones(len(labels), bool)
         keep[0] = self._constant.any() or self.linear.has_intercept(self.likelihood.dim)
@@ -250,15 +260,6 @@ class DPSuffStats(DPStep):
                 "noise": float(mean_abs.max()) if bounded else None,
             }
         )
-
-    def _labels(self) -> list[str]:
-        """``intercept``, the released design columns by their container's name, ``sigma``."""
-        columns = []  # the design's columns, by the container they come from
-        pairs = zip(self.linear.covariates, self.linear.widths, strict=True)
-        for i, (inp, width) in enumerate(pairs):
-            name = inp.var.name or f"x{i}"
-            columns += [f"{name}[{j}]" for j in range(width)] if width > 1 else [name]
-        return ["intercept", *np.asarray(columns)[~self._constant].tolist(), "sigma"]
 
     @classmethod
     def _tunable(cls) -> bool:
@@ -279,7 +280,9 @@ class DPSuffStats(DPStep):
         model's raveled free variables, unconstrained) and ``noise`` (the release's standardised
         noise; where the release is singular within its noise, ``chol`` and ``noise_b``: the
         covariates' Gram matrix through its Cholesky factor, :meth:`_cholesky`), with the exact
-        prior and the statistics' density as potentials."""
+        prior and the statistics' density as potentials. The cross products' entries of the
+        latent are their whitened coordinates given the rest (``surrogate_logp(whitened=True)``),
+        not their noise."""
         if self._surrogate is None:
             lg, m = self.linear, self.release.gram.shape[0]
 
@@ -337,8 +340,16 @@ class DPSuffStats(DPStep):
             start=start,
             init=self._nuts_init(),
             target_accept=self.nuts_target_accept,
-            compile_kwargs=self.likelihood_kwargs["compile_kwargs"],
+            logp_dlogp=self._logp_dlogp(),
         )
+
+    def _logp_dlogp(self):
+        """The surrogate's compiled density, one for all chains of the process (was 3-4 s a
+        chain)."""
+        if self._logp_dlogp_fn is None:
+            kwargs = self.likelihood_kwargs["compile_kwargs"]
+            self._logp_dlogp_fn = compile_logp_dlogp(self.surrogate_model(), kwargs)
+        return self._logp_dlogp_fn
 
     def _cholesky(self) -> bool:
         """Whether the latent A is sampled through its Cholesky factor (:func:`~pymc_dp.
