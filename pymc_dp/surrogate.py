@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -47,6 +48,7 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
 from pymc_dp import compiling
+from pymc_dp.boundary import WITHHELD
 
 __all__ = [
     "CENTRE_CAP",
@@ -112,8 +114,12 @@ def sample_chain(
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        caught: list = []
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            # the hook is process-wide: record which thread warned (another thread's warning,
+            # e.g. while it reads rows, must not pass with its text: review)
+            warnings.showwarning = _recorder(caught, threading.get_ident())
             seed = int(rng.integers(2**63))
             if logp_dlogp is None:
                 kwargs = {"init": init, "compile_kwargs": compile_kwargs}
@@ -128,6 +134,15 @@ def sample_chain(
     return q, np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
 
 
+def _recorder(caught: list, thread: int) -> Callable:
+    """A ``warnings.showwarning`` that records whether ``thread`` warned, and what."""
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        caught.append((threading.get_ident() == thread, message, category))
+
+    return record
+
+
 def _pass_on(caught) -> None:
     """Re-emit what NUTS warned on a surrogate, with its text, but for :data:`_DROPPED`.
 
@@ -135,17 +150,22 @@ def _pass_on(caught) -> None:
     they may print data values), these may be passed on: the surrogate model holds released
     values, the model's exact prior (refused where it reads private data) and public
     configuration only, so whatever PyMC prints about it is post-processing of the release.
+    What another thread warned meanwhile (the hook is process-wide) is withheld.
     Re-emitted from here (pymc-dp's code), ``guarded`` passes them."""
-    for w in caught:
-        text = str(w.message)
-        if _DROPPED.search(text):
+    for own, message, category in caught:
+        text = str(message)
+        if own and _DROPPED.search(text):
             continue
-        category = w.category if issubclass(w.category, Warning) else UserWarning
-        warnings.warn(
-            f"pymc-dp: NUTS on the released statistics (no data read) warned: {text}",
-            category,
-            stacklevel=4,
-        )
+        category = category if issubclass(category, Warning) else UserWarning
+        if own:
+            text = f"pymc-dp: NUTS on the released statistics (no data read) warned: {text}"
+        else:
+            text = f"{category.__name__} from another thread during NUTS on a release; {WITHHELD}."
+        try:
+            warning = category(text)
+        except Exception:  # noqa: BLE001 - a warning class with another signature
+            warning = UserWarning(text)
+        warnings.warn(warning, stacklevel=4)
 
 
 def _nuts(model, draws, tune, seed, start, kwargs):

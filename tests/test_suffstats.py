@@ -9,6 +9,7 @@ truth (simulation-based calibration with fixed seeds).
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import numpy as np
@@ -940,6 +941,42 @@ def test_a_real_like_design_samples_without_divergences_or_withheld_warnings():
     assert total <= 6
 
 
+def _reads_rows(stop, value: float) -> None:
+    """Stands for code reading private rows in another thread (outside pymc-dp, whose
+    warnings ``guarded`` must withhold)."""
+    while not stop.is_set():
+        warnings.warn(f"SECRET row value {value:.5f}", UserWarning, stacklevel=1)
+        stop.wait(0.002)
+
+
+def test_another_thread_s_warning_is_not_passed_on_as_the_surrogate_s():
+    """What NUTS on a surrogate warns is passed on with its text, but the warnings hook is
+    process-wide: a review had another thread read rows under ``guarded`` meanwhile, and 61 of
+    its 174 warnings reached the top with their text, labelled "no data read". Now only the
+    sampling thread's own pass; the other thread's are withheld."""
+    import threading
+
+    from pymc_dp.boundary import guarded
+
+    seen: list[str] = []
+    stop = threading.Event()
+    other = threading.Thread(target=guarded, args=("reading rows", _reads_rows, stop, 3.14159))
+    with _engel_like(n=120) as m, warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *args, **kwargs: seen.append(str(message))
+        step = pdp.DPSuffStats(epsilon=1.0, outcome_bounds=(0, 25), noise_seed=0, nuts_tune=100)
+        other.start()
+        try:
+            pdp.sample(step=step, model=m, draws=100, tune=0, chains=2, cores=1, progressbar=False)
+        finally:
+            stop.set()
+            other.join()
+    assert [t for t in seen if "withheld" in t]  # the other thread did warn meanwhile
+    # (``guarded`` itself is not thread-safe: its own capture may lose the other thread's
+    # warnings to the top untouched, design.md; what the surrogate passes on is checked here)
+    assert not [t for t in seen if "SECRET" in t and "no data read" in t]
+
+
 def _centred_and_whitened(rel):
     """Both parameterisations of ``b`` as functions of ``(q-free parameters, A's latent, b's
     latent)``, and ``b`` at whitened coordinates."""
@@ -1054,6 +1091,10 @@ def test_the_report_never_prints_inf():
     figures = expected_error(step.release)
     assert np.all(np.isfinite(figures["error_sd"])) and np.isfinite(figures["largest"])
     assert 1.0 < figures["largest"] < 50.0  # the noise rivals the spread: large, not absurd
+    # but the bootstrap leaves the prior out, which decides the means here: measured 2.3-4x
+    # the figure (review); the report gives none where the spread is within the noise
+    attr = json.loads(step.error_attr())
+    assert attr["expected_largest_error"] is None and set(attr["expected_error"]) == {None}
     with _engel_like(n=30), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pdp.DPSuffStats(
