@@ -814,15 +814,7 @@ def test_a_release_singular_within_its_noise_still_starts_nuts():
                     step = pdp.DPSuffStats(
                         epsilon=1.0, outcome_bounds=(-6, 6), noise_seed=seed, nuts_tune=20
                     )
-                    idata = pdp.sample(
-                        step=step,
-                        draws=10,
-                        tune=0,
-                        chains=1,
-                        cores=1,
-                        progressbar=False,
-                        compute_convergence_checks=False,
-                    )
+                    idata = _ten_draws(step)
                 assert np.all(np.isfinite(idata.posterior["b"].values))
 
 
@@ -894,6 +886,18 @@ def test_the_parameters_jitter_is_redrawn_until_the_start_is_finite():
     for seed in range(6):
         draws, _ = step.sample_surrogate(10, np.random.default_rng(seed))
         assert np.all(np.isfinite(draws)) and np.all(draws[:, 1] > 0)
+
+
+def _ten_draws(step):
+    return pdp.sample(
+        step=step,
+        draws=10,
+        tune=0,
+        chains=1,
+        cores=1,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
 
 
 def _engel_like(seed: int = 0, n: int = 235) -> pm.Model:
@@ -1100,15 +1104,7 @@ def test_the_report_never_prints_inf():
         step = pdp.DPSuffStats(
             epsilon=0.05, outcome_bounds=(0, 25), noise_seed=0, nuts_tune=20, compile_kwargs=FAST
         )
-        idata = pdp.sample(
-            step=step,
-            draws=10,
-            tune=0,
-            chains=1,
-            cores=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+        idata = _ten_draws(step)
     report = pdp.privacy_report(idata)
     text = str(report)
     assert "inf" not in text.replace("information", "") and "nan" not in text

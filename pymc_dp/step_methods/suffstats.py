@@ -248,8 +248,7 @@ class DPSuffStats(DPStep):
         a JSON attr: post-processing of the release. Labels: ``intercept`` (constant columns
         folded in; left out where the model has no intercept), the coefficient of each released
         design column by its container's name (``X[1]``), ``sigma`` (where it is free); ``None``
-        where the noise leaves A indefinite in nearly every draw or the covariates' spread is
-        within the noise (the prior bounds the means)."""
+        where A is indefinite in nearly every draw or the covariates' spread is within the noise."""
         figures = expected_error(self.release)
         labels = _labels(self.linear, self._constant)
         mean_abs = np.sqrt(2.0 / np.pi) * figures["error_sd"]  # E|N(0, e^2)|, as DPLaplace's
@@ -257,9 +256,8 @@ class DPSuffStats(DPStep):
         keep[0] = self._constant.any() or self.linear.has_intercept(self.likelihood.dim)
         keep[-1] = self._sigma_free  # a fixed noise sd has no posterior to move
         labels, mean_abs = np.asarray(labels)[keep].tolist(), mean_abs[keep]
-        # no figure (JSON null, never inf) where the noise leaves A indefinite in nearly every
-        # draw, or the covariates' spread is within it: there the prior decides the means and
-        # the bootstrap, which leaves the prior out, understated the errors 2-14x (review)
+        # no figure (null, never inf): within the noise the prior decides the means, and the
+        # bootstrap, which leaves it out, understated the errors 2-14x there (review)
         bounded = bool(np.all(np.isfinite(mean_abs))) and not _within_noise(self.release)
         return json.dumps(
             {
