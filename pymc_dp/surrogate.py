@@ -117,8 +117,8 @@ def sample_chain(
         caught: list = []
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            # the hook is process-wide: record which thread warned (another thread's warning,
-            # e.g. while it reads rows, must not pass with its text: review)
+            # the hook is process-wide: record which thread warned (only this one's known
+            # notices are dropped; nothing passes with its text: review)
             warnings.showwarning = _recorder(caught, threading.get_ident())
             seed = int(rng.integers(2**63))
             if logp_dlogp is None:
@@ -144,23 +144,19 @@ def _recorder(caught: list, thread: int) -> Callable:
 
 
 def _pass_on(caught) -> None:
-    """Re-emit what NUTS warned on a surrogate, with its text, but for :data:`_DROPPED`.
+    """Re-emit what NUTS warned on a surrogate, with a fixed text, but for :data:`_DROPPED`.
 
-    Unlike a warning while code reads rows (:func:`pymc_dp.boundary.guarded` withholds those:
-    they may print data values), these may be passed on: the surrogate model holds released
-    values, the model's exact prior (refused where it reads private data) and public
-    configuration only, so whatever PyMC prints about it is post-processing of the release.
-    What another thread warned meanwhile (the hook is process-wide) is withheld.
-    Re-emitted from here (pymc-dp's code), ``guarded`` passes them."""
+    The surrogate model holds released values, the exact prior and public configuration only,
+    but the warning hook is process-wide: what another thread warns meanwhile (while it reads
+    rows) lands here too, and passing texts on let such warnings out with theirs (review; a
+    thread check did not hold across the whole suite). So no text is passed on: the known
+    notices of this thread are dropped (the divergences have their own warning), anything
+    else is withheld as at the data boundary."""
     for own, message, category in caught:
-        text = str(message)
-        if own and _DROPPED.search(text):
+        if own and _DROPPED.search(str(message)):
             continue
         category = category if issubclass(category, Warning) else UserWarning
-        if own:
-            text = f"pymc-dp: NUTS on the released statistics (no data read) warned: {text}"
-        else:
-            text = f"{category.__name__} from another thread during NUTS on a release; {WITHHELD}."
+        text = f"{category.__name__} during NUTS on a release (or from another thread); {WITHHELD}."
         try:
             warning = category(text)
         except Exception:  # noqa: BLE001 - a warning class with another signature
@@ -198,7 +194,7 @@ def _nuts_step(model, start, init, target_accept, seed, logp_dlogp):
     from pymc.blocking import DictToArrayBijection
     from pymc.step_methods.hmc import quadpotential
 
-    point = {**model.initial_point(), **start}
+    point = {**compiling.initial_point(model), **start}
     point = {v.name: np.asarray(point[v.name]) for v in model.value_vars}
     mean = DictToArrayBijection.map(point).data
     rng = np.random.default_rng(seed)
