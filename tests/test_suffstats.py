@@ -349,14 +349,25 @@ def test_noise_free_limit_is_the_exact_posterior():
 
 
 def test_an_undeclared_intercept_column_is_warned_about():
+    """A constant column's released spread is noise: it reads as too narrow or, where its noise
+    came out near two sds (unseeded, this failed once in the suite), as collinear; both name
+    the intercept column. Above two sds (~2.5% of releases) nothing is warned."""
     rng = np.random.default_rng(2)
     X = np.column_stack([np.ones(500), rng.uniform(-1, 1, 500)])
     with pm.Model():
         Xd = pm.Data("X", X)
         beta = pm.Normal("beta", 0, 2, shape=2)
         pm.Normal("y", Xd @ beta, 1.0, observed=rng.normal(size=500))
-        with pytest.warns(UserWarning, match="an intercept column in X"):
-            pdp.DPSuffStats(epsilon=2.0, outcome_bounds=(-5, 5), compile_kwargs=FAST)
+        named = 0
+        for seed in range(20):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                pdp.DPSuffStats(
+                    epsilon=2.0, outcome_bounds=(-5, 5), noise_seed=seed, compile_kwargs=FAST
+                )
+            named += any("an intercept column in X" in str(w.message) for w in caught)
+    # the column's noise exceeds its two-sd level in ~2.5% of releases (then no warning)
+    assert named >= 17, named
 
 
 def test_intervals_cover_the_truth_by_simulation():

@@ -115,9 +115,10 @@ def _warn_if_singular(release, labels: Sequence[str]) -> None:
         )
     else:
         text = (
-            f"{head}: the covariates are (nearly) collinear, or too few rows for this many "
-            f"(smallest eigenvalue of their spread {smallest:.3g} against a noise level "
-            f"{level:.3g}, where rows spread over the declared ranges would give about {full:.3g})"
+            f"{head}: the covariates are (nearly) collinear (an intercept column in X? declare "
+            "it with covariate_bounds lo == hi), or too few rows for this many (smallest "
+            f"eigenvalue of their spread {smallest:.3g} against a noise level {level:.3g}, where "
+            f"rows spread over the declared ranges would give about {full:.3g})"
         )
     warnings.warn(text + tail, UserWarning, stacklevel=3)
 
