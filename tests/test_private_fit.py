@@ -730,45 +730,6 @@ def test_a_rare_subgroup_does_not_make_the_fit_confidently_wrong():
     assert np.mean(np.abs(z) < 1.645) >= 0.85
 
 
-@pytest.mark.parametrize("extra", ["zero", "flag on 10 rows"])
-def test_a_direction_the_data_do_not_inform_leaves_the_others_informed(extra):
-    """Found in review: logistic regression on 1e5 rows with an all-zero column (a category
-    nobody is in), or a 0/1 flag set on 10 rows. Its direction's metric relaxed towards the
-    prior step after step, the histograms' range with it, and noise counts in their empty
-    upper bins (or the flag's rows, cut) dragged the clips up until the curvature's noise hid
-    every direction: 11 of these 16 fits were 55-100x the posterior's width in every
-    coefficient. Holding the hidden direction's metric while the walk travels: 0 of 16
-    (measured: 1.1-4.1x, largest |z| 0.9; a margin of 2 for other platforms' rounding)."""
-    rng = np.random.default_rng(0)
-    n = 100_000
-    z = rng.normal(size=(n, 2))
-    z[:, 1] = 0.7 * z[:, 0] + np.sqrt(1 - 0.49) * z[:, 1]
-    column = np.zeros(n)
-    if extra != "zero":
-        column[rng.choice(n, 10, replace=False)] = 1.0
-    X = np.column_stack([np.ones(n), np.clip(z / 3, -1, 1), column])
-    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.array([-0.5, 1.0, -1.0, 1.0])))).astype(int)
-    q = np.zeros(4)
-    for _ in range(60):
-        p = 1 / (1 + np.exp(-X @ q))
-        h = (X * (p * (1 - p))[:, None]).T @ X + np.eye(4) / 6.25
-        q = q + np.linalg.solve(h, X.T @ (y - p) - q / 6.25)
-    sd = np.sqrt(np.diag(np.linalg.inv(h)))
-    lik = pdp.PerRowLikelihood(_logistic(X, y), compile_kwargs=FAST)
-    clip = pdp.glm_clip(np.ones(4))
-    mu = gaussian_mu_for_budget(4.0, 1e-6)
-    wide, z_own = [], []
-    for r in range(16):
-        f = warm_start(
-            lik, grad_clip=clip.grad_clip, hess_clip=clip.hess_clip, mu=mu, noise=NoiseSource(r)
-        )
-        f_sd = np.sqrt(np.diag(f.posterior_cov))
-        wide.append(np.median(f_sd[:3] / sd[:3]))
-        z_own.append(np.max(np.abs(f.mean - q) / f_sd))
-    assert np.sum(np.array(wide) > 10.0) <= 2, np.round(wide, 1)
-    assert max(z_own) < 3.0
-
-
 def test_warm_start_checks_its_public_arguments(neighbours):
     lik = neighbours[0]
     for kwargs, name in (

@@ -17,9 +17,8 @@ noise source; ``T`` the likelihood power):
    every direction the data inform is of order 1, so the noise is relative to the information,
    not to its largest direction: a raw release of randhie's information has noise of spectral
    norm ~100 against a smallest eigenvalue of 32. Eigenvalues below the noise's spectral norm
-   :math:`\nu` are raised to it for the step (Wang 2018's AdaSSP floor; between the first and
-   the last step to the previous metric's 1 where that is more, :func:`_floor_hidden`) and the
-   prior's curvature is added: :math:`M = L L^T`, the next metric :math:`W = L^{-1}`.
+   :math:`\nu` are raised to it for the step (Wang 2018's AdaSSP floor) and the prior's
+   curvature is added: :math:`M = L L^T`, the next metric :math:`W = L^{-1}`.
 2. **Whitened gradient.** Per-row gradients in that metric, :math:`W g_i`, where every direction
    is measured in posterior sds, clipped at ``c`` and summed: :math:`\tilde s = \sum_i
    \mathrm{clip}_c(W g_i) + N(0, (2Tcs)^2 I)`. The Newton step :math:`W^T(\tilde s + W \nabla
@@ -542,7 +541,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     for t in range(steps):
         last = t == steps - 1
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
-        cur = _release_curvature(rel, q, w, t, m_cnorms, m_curv, hold=0 < t < steps - 1)
+        cur = _release_curvature(rel, q, w, t, m_cnorms, m_curv)
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
@@ -613,14 +612,9 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     return fit
 
 
-def _release_curvature(
-    rel: _Releases, q, w, t: int, m_cnorms, m_curv, hold: bool = False
-) -> _Curvature:
+def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curvature:
     """The curvature in the current metric ``w``, clipped at a private quantile of its norms
-    (a released histogram of them, :func:`choose_clip`), released and mapped back.
-
-    With ``hold`` (the steps between the first and the last) a direction the noise hides keeps
-    the metric ``w`` gave it (:func:`_floor_hidden`)."""
+    (a released histogram of them, :func:`choose_clip`), released and mapped back."""
     dim, n, noise, temp = rel.likelihood.dim, rel.likelihood.n_rows, rel.noise, rel.temp
     rows, cols = np.triu_indices(dim)
     weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
@@ -643,7 +637,7 @@ def _release_curvature(
     tau = noise.gaussian_std(rel.curv_sens * temp * c_h, m_curv.noise_multiplier, tri.size)
     nu = np.sqrt(2.0 * dim) * tau  # spectral norm of the symmetric noise
     released = _unpack(tri, dim, True)
-    inner = _floor_hidden(released, nu, hold)
+    inner = _positive_definite(released, nu)
     chol_prev = np.linalg.inv(w)
     # for the spread: the information the noise could have faked removed, so a direction
     # the data barely inform keeps the prior's width (the floor is for steps, not widths)
@@ -654,27 +648,6 @@ def _release_curvature(
         floored=chol_prev @ inner @ chol_prev.T,
         known=chol_prev @ _shrink(released, nu + FAKED_NORM_MARGIN * tau) @ chol_prev.T,
     )
-
-
-def _floor_hidden(released: np.ndarray, nu: float, hold: bool) -> np.ndarray:
-    """The released curvature (whitened) with its eigenvalues below the noise's norm ``nu``
-    raised: to ``nu`` (the most the noise can hide there), or with ``hold`` to the metric's own
-    1 where that is more.
-
-    Raising a hidden direction only to ``nu`` relaxes its metric ``1 / nu``-fold each step, to
-    the prior's width after a few: the next histograms of whitened norms then span as many
-    decades more, and the noise counts in their empty upper bins (or a rare category's rows,
-    cut by the clip, their direction's curvature understated 10x) dragged the clip and so the
-    curvature's noise up 10-6000x, above every direction's information, and the whole fit fell
-    back to the prior (review: logistic regression at n = 1e5 with an all-zero column, 6 of 8
-    seeds 55-380x the posterior's width in every coefficient; a 0/1 flag on 10 rows, 6 of 8).
-    Holding while the walk travels (1 and 2 of 8) and relaxing at its last step, where the
-    Newton step reaches along the hidden directions as far as the prior lets it. Public
-    post-processing of the release."""
-    vals, vecs = np.linalg.eigh(0.5 * (released + released.T))
-    raised = max(nu, 1.0) if hold else nu
-    vals = np.where(vals <= nu, raised, vals)
-    return (vecs * vals) @ vecs.T
 
 
 def _overshoot(came, cur: _Curvature, prec: np.ndarray) -> float:
