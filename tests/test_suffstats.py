@@ -351,7 +351,8 @@ def test_noise_free_limit_is_the_exact_posterior():
 def test_an_undeclared_intercept_column_is_warned_about():
     """A constant column's released spread is noise: it reads as too narrow or, where its noise
     came out near two sds (unseeded, this failed once in the suite), as collinear; both name
-    the intercept column. Above two sds (~2.5% of releases) nothing is warned."""
+    the intercept column (17 of seeds 20-399 land there). Above two sds (4 of 400) nothing is
+    warned."""
     rng = np.random.default_rng(2)
     X = np.column_stack([np.ones(500), rng.uniform(-1, 1, 500)])
     with pm.Model():
@@ -366,8 +367,17 @@ def test_an_undeclared_intercept_column_is_warned_about():
                     epsilon=2.0, outcome_bounds=(-5, 5), noise_seed=seed, compile_kwargs=FAST
                 )
             named += any("an intercept column in X" in str(w.message) for w in caught)
-    # the column's noise exceeds its two-sd level in ~2.5% of releases (then no warning)
-    assert named >= 17, named
+        # no warning where the column's noise exceeds its two-sd level (measured: 4 of seeds
+        # 0-399; 1 here): 17 of 20 leaves room for other platforms' rounding
+        assert named >= 17, named
+        # seeds whose noise lands it in the collinear branch (~4.5%; none of the 20 above):
+        # that branch names the intercept column too
+        for seed in (92, 143):
+            with pytest.warns(UserWarning, match="collinear") as caught:
+                pdp.DPSuffStats(
+                    epsilon=2.0, outcome_bounds=(-5, 5), noise_seed=seed, compile_kwargs=FAST
+                )
+            assert any("an intercept column in X" in str(w.message) for w in caught)
 
 
 def test_intervals_cover_the_truth_by_simulation():
