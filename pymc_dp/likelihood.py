@@ -536,6 +536,19 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
         return float(self._prior_value_fn(np.asarray(q, dtype=self._q.dtype)))
 
     @cached_property
+    def _prior_gradient_fn(self):
+        # a few calls per private fit: the Python linker, as for the value
+        fn = compiling.pymc_compile(
+            [self._q], self._prior_grad, mode=narrowed(Mode(linker="py", optimizer="fast_compile"))
+        )
+        fn.trust_input = True
+        return _Serialised(fn, cache=False, quiet=True)
+
+    def prior_gradient(self, q: np.ndarray) -> np.ndarray:
+        """Gradient of the log prior (with log-Jacobian and potentials) at ``q``; public."""
+        return np.asarray(self._prior_gradient_fn(np.asarray(q, dtype=self._q.dtype)))
+
+    @cached_property
     def batch_logp_rows_fn(self):
         """``(q, idx) -> (b,)`` per-row log-likelihood of the rows ``idx``."""
         return self._compile([self._q, self._idx], self._batched([self._batch_rows])[0])
@@ -588,6 +601,7 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
         "grad_rows_fn",
         "prior_fn",
         "_prior_value_fn",
+        "_prior_gradient_fn",
         "batch_logp_rows_fn",
         "batch_grad_rows_fn",
         "_prior_hessian_fn",

@@ -579,6 +579,10 @@ def make_step(built: Built, zero_tuning: bool = False, **kw):
 
 
 # ================================================================================ leak search
+#: A number as text prints it: sign, digits, point, exponent.
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 class Secrets:
     """The private numbers of a model: every element, and every column and total sum and mean,
     with the strings they print as."""
@@ -600,7 +604,15 @@ class Secrets:
         self.forms = sorted(forms, key=len, reverse=True)
 
     def in_text(self, text: str) -> list[str]:
-        return [f for f in self.forms if f in text]
+        """The private numbers ``text`` prints: a number in it that reads as one of their forms,
+        or that parses to one of them (to 1e-10 relative: a longer print of the same value).
+        Whole numbers, not substrings: a released float's digits held the 5-digit form of a
+        column sum about once in 100 runs (``49260`` inside ``0.1492604...``)."""
+        tokens = set(_NUMBER.findall(text))
+        tokens |= {t.lstrip("+-") for t in tokens}
+        found = [f for f in self.forms if f in tokens]
+        values = np.array([float(t) for t in tokens if t.lstrip("+-") not in ("", ".")])
+        return found + [repr(float(v)) for v in self.in_array(values)]
 
     def in_array(self, arr: np.ndarray) -> np.ndarray:
         """Elements of ``arr`` equal (to 1e-10 relative) to a private number."""

@@ -894,3 +894,31 @@ def test_what_the_curvature_noise_may_fake_is_exceeded_in_under_one_release_in_a
         typical = np.sqrt(2.0 * dim)
         assert 0.07 < np.mean(largest > typical) < 0.16, dim
         assert np.mean(largest > typical + FAKED_NORM_MARGIN) < 0.0125, dim
+
+
+def test_a_tiny_budget_s_noisy_step_does_not_leave_the_prior_s_reach():
+    """Found in the contract test (1 build in 40 at epsilon 0.01 on 300 rows): a first step of
+    62 posterior sds of noise took log sigma to 44 under a HalfNormal(2) prior, where no data
+    could balance the prior's gradient; Newton's steps come back by 0.5 each, and the fit's
+    linear algebra failed after the budget was spent (here seeds 0 and 29). A step is now
+    halved until the prior's whitened gradient is within what the clipped rows can balance
+    (public): every seed gives a finite fit.
+
+    Not yet fixed (measured over 100 seeds, the same before): 4 fits are 3.1-4.5 own sds off in
+    log sigma, their mean placed by noise where the prior is stiff and the Laplace covariance
+    taking the prior's local curvature (``nuts=True`` samples the exact prior)."""
+    rng = np.random.default_rng(8)
+    X = np.clip(rng.normal(size=(300, 2)), -3, 3)
+    y = X @ np.array([1.0, -0.5]) + rng.normal(size=300)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 3, shape=2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("y", pm.math.dot(X, beta), sigma, observed=y)
+    lik = pdp.PerRowLikelihood(model, compile_kwargs=FAST)
+    mu = gaussian_mu_for_budget(0.01, 1e-6)
+    for seed in range(40):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ws = warm_start(lik, grad_clip=3.0, mu=mu, noise=NoiseSource(seed))
+        assert np.all(np.isfinite(ws.mean)) and np.all(np.isfinite(ws.posterior_cov)), seed
+        np.linalg.cholesky(ws.posterior_cov)
