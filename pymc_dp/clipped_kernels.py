@@ -340,7 +340,7 @@ class ClippedKernels:
         above = pt.sum(pt.ge(norms[:, None], edges[None, :]), axis=0).astype(self._q.dtype)
         return above - pt.concatenate([above[1:], pt.zeros((1,), dtype=above.dtype)])
 
-    def whitened_kernel(self):
+    def whitened_kernel(self, weighted: bool = False):
         """Compile ``(q, W, bound, edges) -> (sum_i clip_norm(W g_i, bound), counts, grad log
         prior(q))``: per-row gradients ``g_i`` mapped by the public matrix ``W`` (a whitening
         of the released curvature), clipped to L2 norm ``bound`` in that metric and summed, and
@@ -349,16 +349,34 @@ class ClippedKernels:
         the counts by at most ``sqrt(2)``. A row whose gradient or whitened norm is not finite
         counts as norm 0 and adds 0, and so does any entry of a row's clipped contribution that
         is not finite (a row can only lose norm). All outputs are sums over rows (shards add up).
+
+        ``weighted`` adds two public inputs, ``W_c`` and ``c_h``: the metric and the clip of an
+        observed-curvature release (:meth:`curvature_kernel`) at the same ``q``. Each row's
+        gradient is first multiplied by that release's clipping factor of its curvature,
+        ``min(1, c_h / |W_c H_i W_c^T|_F)`` (0 where the norm is not finite), so a Newton step
+        solves the equations of the weighted likelihood whose curvature was released: a row whose
+        curvature was clipped no longer pulls with its whole gradient (a step along it
+        overshoots). Factors lie in [0, 1]: the sensitivities stay.
         """
-        if "whitened" not in self._kernels:
+        key = ("whitened", weighted)
+        if key not in self._kernels:
             w, bound, edges, white = self._whitened_rows()
+            inputs = [self._q, w, bound, edges]
+            if weighted:
+                w_c = pt.matrix("W_c", dtype=self._q.dtype, shape=(self.dim, self.dim))
+                c_h = pt.scalar("c_h", dtype=self._q.dtype)
+                rows, cols = np.triu_indices(self.dim)
+                entries = self._observed_entries(w_c, rows, cols)
+                weights = pt.as_tensor(np.where(rows == cols, 1.0, 2.0))
+                sq = pt.sum(weights[:, None] * entries**2, axis=0)
+                finite_h, _, factor = self._norm_scale(sq, c_h)
+                white = white * pt.switch(finite_h, factor, 0.0)[:, None]
+                inputs += [w_c, c_h]
             # a finite row can still overflow once whitened: it adds 0, never unclipped
             finite, norms, scale = self._norm_scale(pt.sum(white**2, axis=1), bound)
             clipped = pt.switch(finite[:, None], white, 0.0) * scale[:, None]
             total = pt.sum(_finite_or_zero(clipped), axis=0)
-            self._kernels["whitened"] = self._compile(
-                [self._q, w, bound, edges],
-                [total, self._bin_counts(norms, edges), self._prior_grad],
-                few=True,
+            self._kernels[key] = self._compile(
+                inputs, [total, self._bin_counts(norms, edges), self._prior_grad], few=True
             )
-        return self._kernels["whitened"]
+        return self._kernels[key]

@@ -223,9 +223,11 @@ class RowShard:
 
     @worker_safe
     def whitened(
-        self, q: np.ndarray, w: np.ndarray, bound: np.ndarray, edges: np.ndarray
+        self, q: np.ndarray, w: np.ndarray, bound: np.ndarray, edges: np.ndarray, *curvature
     ) -> tuple[np.ndarray, np.ndarray]:
-        total, counts, _ = self.likelihood.whitened_kernel()(q, w, bound, edges)
+        """``curvature``: the metric and clip of the curvature release weighting the rows."""
+        kernel = self.likelihood.whitened_kernel(weighted=bool(curvature))
+        total, counts, _ = kernel(q, w, bound, edges, *curvature)
         return np.asarray(total), np.asarray(counts)
 
 
@@ -354,11 +356,13 @@ class DistributedLikelihood(PerRowLikelihood):
 
         return kernel
 
-    def whitened_kernel(self):
+    def whitened_kernel(self, weighted: bool = False):
         prior = self.prior_fn
 
-        def kernel(q, w, bound, edges):
-            parts = self._gather("whitened", q, w, bound, edges)
+        def kernel(q, w, bound, edges, *curvature):
+            if len(curvature) != (2 if weighted else 0):
+                raise TypeError("the weighted kernel takes W_c and c_h, the plain one neither")
+            parts = self._gather("whitened", q, w, bound, edges, *curvature)
             return [sum(p[0] for p in parts), sum(p[1] for p in parts), prior(q)[1]]
 
         return kernel

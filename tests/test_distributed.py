@@ -209,6 +209,14 @@ def test_dask_rows_bind_the_row_count_and_sum_like_memory(client, rows):
         strict=True,
     ):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # weighted by an observed-curvature release's clip (small enough that it bites)
+    curvature = (w.T, np.asarray(0.05 * b))
+    for got, want in zip(
+        bound.likelihood.whitened_kernel(weighted=True)(q, w, b, edges, *curvature),
+        reference.whitened_kernel(weighted=True)(q, w, b, edges, *curvature),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
 
 def test_a_dask_dataframe_binds_like_an_array(client, rows):

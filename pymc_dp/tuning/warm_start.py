@@ -131,6 +131,10 @@ NORM_BINS = 16
 #: Largest ratio of the last two steps' lengths a walk still moving is taken to converge at
 #: (the distance left is ``rho / (1 - rho)`` of the last step: 4x here).
 WALK_RHO = 0.8
+#: A last step's part along one direction of the metric counts as a walk still moving beyond
+#: this many of its noise sds (3: over d directions of a walk that has arrived, by chance in
+#: under d 0.14% of fits; at 2 the fits at epsilon 2 on randhie and fair came out 1.4x wider).
+WALK_SDS = 3.0
 #: Growth of the curvature along a step (less its noise) above which the walk retreats
 #: (:func:`_retreat`): a quadratic model off by 2x along its step overshoots by ~30%.
 RETREAT_GROWTH = 2.0
@@ -144,6 +148,12 @@ LAST_STEP_NOISE = 1.5
 #: 20 000 draws each). Beyond it the known information is noise: on statsmodels' `cancer`
 #: (Poisson, n = 301) one such release made a fit 13-23 of its own sds off.
 FAKED_NORM_MARGIN = 1.0
+#: At the last curvature release, histogram counts above the modal bin below this many noise
+#: sds are read as empty bins (a count that high comes of noise in 0.13% of bins): unpooled, a
+#: noise count of 1-2 sds in an empty upper bin was taken as rows, raised the clip 4-10x and
+#: the curvature's noise with it, and the weakest directions went prior-wide (15-20 of 30 fits
+#: 7-85x NUTS' width on randhie and fair at epsilon 4: the "sd lottery").
+LAST_CURVATURE_COUNTS = 3.0
 
 
 _NO_FINITE_FIT = (
@@ -328,6 +338,7 @@ def choose_clip(
     dim: int,
     count_std: float = 0.0,
     pool: bool = True,
+    significant: float = 0.0,
 ) -> tuple[float, float]:
     """The clip that minimises ``dim (noise_per_unit c)^2 + bias(c)^2`` given released counts.
 
@@ -350,6 +361,9 @@ def choose_clip(
         Denoise the tail above the modal bin by a decreasing fit (pool adjacent violators);
         without it every noisy count is taken as it is (clamped at 0): conservative, and an
         isolated bump of rows far above the bulk keeps its weight.
+    significant : float
+        Counts above the modal bin below this are read as empty (none if the modal count is
+        below it too: a histogram drowned in noise keeps its counts).
 
     Returns
     -------
@@ -365,6 +379,9 @@ def choose_clip(
     fitted = counts.copy()
     if pool:
         fitted[mode:] = _pool_decreasing(counts[mode:])
+    if counts[mode] >= significant:
+        tail = np.arange(counts.size) > mode
+        fitted[tail & (counts < significant)] = 0.0
     fitted = np.maximum(fitted, 0.0)
     candidates = np.r_[edges[1:], top]
     best = (np.inf, top, 0.0)
@@ -468,6 +485,9 @@ class _Releases:
     curv_kernel: Callable
     curv_bound: float
     curv_sens: float
+    #: with observed curvature, the gradient kernel that weights each row by its curvature's
+    #: clipping factor (:meth:`PerRowLikelihood.whitened_kernel`); None otherwise
+    weighted: Callable | None
 
     @classmethod
     def of(cls, likelihood, b_raw, hess_clip, noise, temp) -> _Releases:
@@ -483,6 +503,9 @@ class _Releases:
             # per-row curvature bound in raw coordinates; outer products are positive semidefinite
             curv_bound=hess_clip if observed else b_raw**2,
             curv_sens=2.0 if observed else np.sqrt(2.0),
+            # not for the empirical Fisher: its clip cuts gradients, whose weights would then
+            # bias the step (measured in review)
+            weighted=likelihood.whitened_kernel(weighted=True) if observed else None,
         )
 
 
@@ -498,6 +521,8 @@ class _Curvature:
     unwhiten: np.ndarray
     floored: np.ndarray
     known: np.ndarray
+    metric: np.ndarray  # the whitening it was released in
+    clip: float  # the Frobenius norm each row's curvature was clipped at there
 
 
 @dataclass(frozen=True)
@@ -541,7 +566,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     for t in range(steps):
         last = t == steps - 1
         m_cnorms, m_curv, m_norms, m_grad = (next(release) for _ in range(4))
-        cur = _release_curvature(rel, q, w, t, m_cnorms, m_curv)
+        cur = _release_curvature(rel, q, w, t, m_cnorms, m_curv, last)
         prec = _prior_precision(likelihood, q)
         if prec is None:
             continue  # the prior overflows here (public: no data); the releases stay as planned
@@ -559,7 +584,7 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
                     continue
         m = 0.5 * (cur.floored + cur.floored.T) + prec
         w = _whitening(m)  # M^{-1} = W^T W
-        g = _release_gradient(rel, q, w, m_norms, m_grad)
+        g = _release_gradient(rel, q, w, m_norms, m_grad, cur)
         if not np.all(np.isfinite(g.prior_grad)):
             continue
         z = g.s + w @ g.prior_grad  # the posterior's gradient, whitened: a Newton step is W^T z
@@ -612,9 +637,11 @@ def _fit(likelihood, q, entries, b_raw, hess_clip, noise, steps, temp) -> WarmSt
     return fit
 
 
-def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curvature:
+def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv, last: bool) -> _Curvature:
     """The curvature in the current metric ``w``, clipped at a private quantile of its norms
-    (a released histogram of them, :func:`choose_clip`), released and mapped back."""
+    (a released histogram of them, :func:`choose_clip`; at the ``last`` release counts within
+    noise above the bulk read as empty, :data:`LAST_CURVATURE_COUNTS`), released and mapped
+    back."""
     dim, n, noise, temp = rel.likelihood.dim, rel.likelihood.n_rows, rel.noise, rel.temp
     rows, cols = np.triu_indices(dim)
     weights = np.where(rows == cols, 1.0, np.sqrt(2.0))
@@ -629,7 +656,9 @@ def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curva
     # no pooling: an isolated bump of rows far above the bulk (a rare subgroup that carries
     # one direction's information) would be averaged away, the clip would cut it, and the
     # step along that direction overshoot (found in review: a flag in 0.5% of rows)
-    c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False)
+    count_std = noise.gaussian_std(np.sqrt(2.0), m_cnorms.noise_multiplier, edges.size)
+    significant = LAST_CURVATURE_COUNTS * count_std if last else 0.0
+    c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False, significant=significant)
     total, _, _ = rel.curv_kernel(q, w, np.asarray(c_h), edges[:1])
     tri = noise.gaussian(
         temp * total[rows, cols] * weights, rel.curv_sens * temp * c_h, m_curv.noise_multiplier
@@ -647,6 +676,8 @@ def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv) -> _Curva
         unwhiten=chol_prev,
         floored=chol_prev @ inner @ chol_prev.T,
         known=chol_prev @ _shrink(released, nu + FAKED_NORM_MARGIN * tau) @ chol_prev.T,
+        metric=w,
+        clip=float(c_h),
     )
 
 
@@ -669,22 +700,30 @@ def _lost_in_retreat(step, m_from, back: float) -> tuple[float, np.ndarray]:
     )
 
 
-def _release_gradient(rel: _Releases, q, w, m_norms, m_grad) -> _Gradient:
+def _release_gradient(rel: _Releases, q, w, m_norms, m_grad, cur: _Curvature) -> _Gradient:
     """The per-row gradients in the metric ``w`` (every direction in posterior sds), clipped at
-    ``c`` chosen from a released histogram of their norms, summed and released."""
+    ``c`` chosen from a released histogram of their norms, summed and released; with observed
+    curvature each row weighted by its curvature's clipping factor in ``cur``."""
     dim, n, noise, temp = rel.likelihood.dim, rel.likelihood.n_rows, rel.noise, rel.temp
+    if rel.weighted is None:
+        kernel = rel.whitened
+    else:
+
+        def kernel(q, w, bound, edges):
+            return rel.weighted(q, w, bound, edges, cur.metric, np.asarray(cur.clip))
+
     # the whitened norms' bound where grad_clip bounds the raw ones (a GLM inside its public
     # bounds); rows above it land in the last bin, open above
     top = rel.b_raw * np.linalg.norm(w, 2)
     typical = np.sqrt(dim / n)  # rms whitened norm where M matches the information
     lo = min(0.25 * typical, 0.5 * top)
     edges = np.r_[0.0, np.geomspace(lo, top, NORM_BINS, endpoint=False)]
-    _, counts, _ = rel.whitened(q, w, np.asarray(top), edges)
+    _, counts, _ = kernel(q, w, np.asarray(top), edges)
     counts = noise.gaussian(counts, np.sqrt(2.0), m_norms.noise_multiplier)
     per_unit = noise.gaussian_std(clipped_sum_sensitivity(1.0, temp), m_grad.noise_multiplier, dim)
     c_std = noise.gaussian_std(np.sqrt(2.0), m_norms.noise_multiplier, edges.size)
     c, bias = choose_clip(counts, edges, top, per_unit, dim, c_std)
-    s_sum, _, prior_grad = rel.whitened(q, w, np.asarray(c), edges[:1])
+    s_sum, _, prior_grad = kernel(q, w, np.asarray(c), edges[:1])
     s = noise.gaussian(temp * s_sum, clipped_sum_sensitivity(c, temp), m_grad.noise_multiplier)
     return _Gradient(s=s, prior_grad=prior_grad, per_unit=per_unit, c=c, bias=bias)
 
@@ -908,11 +947,14 @@ def _walk_remaining(step, previous, m, length, noise):
     distance per step), its steps pointing the same way, and its last step leaves about
     ``rho / (1 - rho)`` of itself, ``rho`` the ratio of the last two steps' lengths (in the
     metric ``m``'s posterior sds), at most ``WALK_RHO``. A walk that has arrived steps back and
-    forth around the mode, correcting the last release's noise: a last step whose part along
-    the one before is within twice its noise (``noise / sqrt(d)`` per direction, ``noise`` the
-    expected norm of the step's noise) adds nothing. After a single step, ``rho = WALK_RHO`` on
-    the part of the step above its noise. Kept when the last two targets are averaged: two
-    targets short of the mode by the same amount agree.
+    forth around the mode, correcting the last release's noise. Read direction by direction of
+    ``m`` (its eigenvectors, in posterior sds): where the last step goes the way of the one
+    before by more than ``WALK_SDS`` noise sds (``noise / sqrt(d)``, ``noise`` the expected
+    norm of the step's noise), ``rho`` is the ratio of their parts; where it goes against it,
+    the part beyond undoing it, that far above the noise, is left ``WALK_RHO / (1 - WALK_RHO)``
+    times; otherwise nothing. After a single step, ``rho = WALK_RHO`` on the part of the step
+    above its noise. Kept when the last two targets are averaged: two targets short of the mode
+    by the same amount agree.
 
     Found measuring and in review: 3 steps on 1e5 rows left 2 posterior sds, and 4 steps on
     5000 rows with large coefficients left 3-7 of the fit's own sds, that the intervals did not
@@ -921,19 +963,33 @@ def _walk_remaining(step, previous, m, length, noise):
     orthogonal to the one before, or along it within its noise). Found in review of the first
     fix (only the part along the step before, not the whole step, taken as left): with 2 steps
     at epsilon 2 and large coefficients, 25 of 40 fits ended beyond 3 own sds (the distance
-    left lies along the last step, not the one before): the whole last step stays.
+    left lies along the last step, not the one before): the whole last step stays. Found on
+    statsmodels' cancer with a resolved last curvature: a walk along a ridge while its steps
+    across it corrected each other's noise showed, as a whole, no part along the step before
+    (6 of 600 fits 3.1-5.3 own sds off); read direction by direction, 3 (at most 3.4).
     """
     if previous is None:
         signal = np.sqrt(max(length**2 - noise**2, 0.0))
         return WALK_RHO / (1.0 - WALK_RHO) * (signal / length) * step if signal > 0 else None
-    before = float(np.sqrt(max(previous @ m @ previous, 0.0)))
-    if before == 0.0:
+    vals, vecs = np.linalg.eigh(0.5 * (m + m.T))
+    root = np.sqrt(np.maximum(vals, 0.0))
+    a, b = root * (vecs.T @ step), root * (vecs.T @ previous)
+    sd = noise / np.sqrt(step.size)
+    same = a * b > 0.0
+    rho = np.minimum(np.abs(a) / np.maximum(np.abs(b), np.finfo(float).tiny), WALK_RHO)
+    # along the step before: rho of the ratio; against it, the part beyond undoing it
+    left = np.where(
+        same & (np.abs(a) > WALK_SDS * sd),
+        rho / (1.0 - rho) * a,
+        np.where(
+            ~same & (np.abs(a) > np.abs(b) + WALK_SDS * sd),
+            WALK_RHO / (1.0 - WALK_RHO) * np.sign(a) * (np.abs(a) - np.abs(b)),
+            0.0,
+        ),
+    )
+    if not np.any(left):
         return None
-    along = float(step @ m @ previous) / before  # the last step's part along the one before
-    if along <= 2.0 * noise / np.sqrt(step.size):
-        return None
-    rho = min(length / before, WALK_RHO)
-    return rho / (1.0 - rho) * step
+    return vecs @ np.where(root > 0.0, left / np.where(root > 0.0, root, 1.0), 0.0)
 
 
 def _retreat(step, m_from, m_to, nu) -> float:
