@@ -579,6 +579,9 @@ def make_step(built: Built, zero_tuning: bool = False, **kw):
 
 
 # ================================================================================ leak search
+#: Fewest significant digits a printed number needs to be matched as a rounded private value
+#: (fewer print too many of the released numbers' own values to tell apart).
+MIN_DIGITS = 5
 #: A number as text prints it: sign, digits, point, exponent.
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -605,14 +608,28 @@ class Secrets:
 
     def in_text(self, text: str) -> list[str]:
         """The private numbers ``text`` prints: a number in it that reads as one of their forms,
-        or that parses to one of them (to 1e-10 relative: a longer print of the same value).
-        Whole numbers, not substrings: a released float's digits held the 5-digit form of a
-        column sum about once in 100 runs (``49260`` inside ``0.1492604...``)."""
+        or that is one of them rounded to the digits it prints (at least ``MIN_DIGITS``
+        significant ones: ``26.89960`` for 26.899597...) or to float32. Whole numbers, not
+        substrings: a released float's digits held the 5-digit form of a column sum about once
+        in 100 runs (``49260`` inside ``0.1492604...``)."""
         tokens = set(_NUMBER.findall(text))
         tokens |= {t.lstrip("+-") for t in tokens}
         found = [f for f in self.forms if f in tokens]
-        values = np.array([float(t) for t in tokens if t.lstrip("+-") not in ("", ".")])
-        return found + [repr(float(v)) for v in self.in_array(values)]
+        return found + [t for t in sorted(tokens) if self._rounds_to(t)]
+
+    def _rounds_to(self, token: str) -> bool:
+        mantissa = re.split("[eE]", token.lstrip("+-"))[0]
+        digits = mantissa.replace(".", "").lstrip("0")
+        if len(digits) < MIN_DIGITS:
+            return False
+        x = float(token)
+        if not np.isfinite(x) or x == 0.0:
+            return False
+        half = 0.5 * 10.0 ** (np.floor(np.log10(abs(x))) - len(digits) + 1) * (1 + 1e-9)
+        # or stored in float32 (or nearly equal: a longer print of the same value)
+        half = max(half, float(np.finfo(np.float32).eps) * abs(x))
+        i = np.searchsorted(self.numbers, x - half)
+        return bool(i < self.numbers.size and self.numbers[i] <= x + half)
 
     def in_array(self, arr: np.ndarray) -> np.ndarray:
         """Elements of ``arr`` equal (to 1e-10 relative) to a private number."""

@@ -154,6 +154,17 @@ FAKED_NORM_MARGIN = 1.0
 #: the curvature's noise with it, and the weakest directions went prior-wide (15-20 of 30 fits
 #: 7-85x NUTS' width on randhie and fair at epsilon 4: the "sd lottery").
 LAST_CURVATURE_COUNTS = 3.0
+#: The sd lottery's fix, measured and reviewed, OFF by default: the last curvature's counts
+#: within noise read as empty (:data:`LAST_CURVATURE_COUNTS`), with ``hess_clip`` each row's
+#: gradient weighted by its curvature's clipping factor, and the walk left read direction by
+#: direction (:data:`WALK_SDS`). It takes fair and randhie at epsilon 4 from 20 and 15 of 30
+#: wide fits to 1 and 0, but review found it confidently wrong where the default is not: a
+#: misspecified Poisson GLM (overdispersed, heavy-tailed covariate; the weighted likelihood has
+#: another pseudo-true value) 12 of 1200 coordinates beyond 3 own sds at epsilon 1, the largest
+#: 8.25 (default: none); Normal rows of unknown sd with ``hess_clip`` (the curvature of log sigma
+#: reads the outcome, so the weights do) 12 of 100 fits beyond 3 (default: 3); the walk read
+#: by direction fires in 11-23% of fits, not the 0.6% its threshold was set for.
+RESOLVED_LAST_CURVATURE = False
 
 
 _NO_FINITE_FIT = (
@@ -379,7 +390,7 @@ def choose_clip(
     fitted = counts.copy()
     if pool:
         fitted[mode:] = _pool_decreasing(counts[mode:])
-    if counts[mode] >= significant:
+    if significant > 0.0 and counts[mode] >= significant:
         tail = np.arange(counts.size) > mode
         fitted[tail & (counts < significant)] = 0.0
     fitted = np.maximum(fitted, 0.0)
@@ -505,7 +516,11 @@ class _Releases:
             curv_sens=2.0 if observed else np.sqrt(2.0),
             # not for the empirical Fisher: its clip cuts gradients, whose weights would then
             # bias the step (measured in review)
-            weighted=likelihood.whitened_kernel(weighted=True) if observed else None,
+            weighted=(
+                likelihood.whitened_kernel(weighted=True)
+                if observed and RESOLVED_LAST_CURVATURE
+                else None
+            ),
         )
 
 
@@ -657,7 +672,8 @@ def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv, last: boo
     # one direction's information) would be averaged away, the clip would cut it, and the
     # step along that direction overshoot (found in review: a flag in 0.5% of rows)
     count_std = noise.gaussian_std(np.sqrt(2.0), m_cnorms.noise_multiplier, edges.size)
-    significant = LAST_CURVATURE_COUNTS * count_std if last else 0.0
+    resolve = last and RESOLVED_LAST_CURVATURE
+    significant = LAST_CURVATURE_COUNTS * count_std if resolve else 0.0
     c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False, significant=significant)
     total, _, _ = rel.curv_kernel(q, w, np.asarray(c_h), edges[:1])
     tri = noise.gaussian(
@@ -737,7 +753,9 @@ def _last_step_errors(
     # the curvature's noise, in this step's metric, relative to the identity
     eps_m = min(1.0, cur.nu * np.linalg.norm(w @ cur.unwhiten, 2) ** 2)
     kappa = g.kappa
-    walk = _walk_remaining(w.T @ z, previous, m, r, np.sqrt(kappa * rel.likelihood.dim))
+    walk = _walk_remaining(
+        w.T @ z, previous, m, r, np.sqrt(kappa * rel.likelihood.dim), RESOLVED_LAST_CURVATURE
+    )
     errors = {
         "noise": float(np.sqrt(kappa)),
         "bias": float(rel.temp * g.bias),
@@ -939,7 +957,7 @@ def _combine(targets, m, q, errors, dim):
     return q, {**errors, "noise": float(np.sqrt(k)), "combined": 1.0}
 
 
-def _walk_remaining(step, previous, m, length, noise):
+def _walk_remaining(step, previous, m, length, noise, by_direction: bool = False):
     """The distance a walk still moving has left after its last step (raw coordinates), or None.
 
     A Newton walk from far away converges linearly at first (the curvature where it stands
@@ -947,14 +965,12 @@ def _walk_remaining(step, previous, m, length, noise):
     distance per step), its steps pointing the same way, and its last step leaves about
     ``rho / (1 - rho)`` of itself, ``rho`` the ratio of the last two steps' lengths (in the
     metric ``m``'s posterior sds), at most ``WALK_RHO``. A walk that has arrived steps back and
-    forth around the mode, correcting the last release's noise. Read direction by direction of
-    ``m`` (its eigenvectors, in posterior sds): where the last step goes the way of the one
-    before by more than ``WALK_SDS`` noise sds (``noise / sqrt(d)``, ``noise`` the expected
-    norm of the step's noise), ``rho`` is the ratio of their parts; where it goes against it,
-    the part beyond undoing it, that far above the noise, is left ``WALK_RHO / (1 - WALK_RHO)``
-    times; otherwise nothing. After a single step, ``rho = WALK_RHO`` on the part of the step
-    above its noise. Kept when the last two targets are averaged: two targets short of the mode
-    by the same amount agree.
+    forth around the mode, correcting the last release's noise: a last step whose part along
+    the one before is within twice its noise (``noise / sqrt(d)`` per direction, ``noise`` the
+    expected norm of the step's noise) adds nothing. After a single step, ``rho = WALK_RHO`` on
+    the part of the step above its noise. Kept when the last two targets are averaged: two
+    targets short of the mode by the same amount agree. ``by_direction``:
+    :func:`_walk_by_direction` instead (with :data:`RESOLVED_LAST_CURVATURE`).
 
     Found measuring and in review: 3 steps on 1e5 rows left 2 posterior sds, and 4 steps on
     5000 rows with large coefficients left 3-7 of the fit's own sds, that the intervals did not
@@ -963,14 +979,34 @@ def _walk_remaining(step, previous, m, length, noise):
     orthogonal to the one before, or along it within its noise). Found in review of the first
     fix (only the part along the step before, not the whole step, taken as left): with 2 steps
     at epsilon 2 and large coefficients, 25 of 40 fits ended beyond 3 own sds (the distance
-    left lies along the last step, not the one before): the whole last step stays. Found on
-    statsmodels' cancer with a resolved last curvature: a walk along a ridge while its steps
-    across it corrected each other's noise showed, as a whole, no part along the step before
-    (6 of 600 fits 3.1-5.3 own sds off); read direction by direction, 3 (at most 3.4).
+    left lies along the last step, not the one before): the whole last step stays.
     """
     if previous is None:
         signal = np.sqrt(max(length**2 - noise**2, 0.0))
         return WALK_RHO / (1.0 - WALK_RHO) * (signal / length) * step if signal > 0 else None
+    if by_direction:
+        return _walk_by_direction(step, previous, m, noise)
+    before = float(np.sqrt(max(previous @ m @ previous, 0.0)))
+    if before == 0.0:
+        return None
+    along = float(step @ m @ previous) / before  # the last step's part along the one before
+    if along <= 2.0 * noise / np.sqrt(step.size):
+        return None
+    rho = min(length / before, WALK_RHO)
+    return rho / (1.0 - rho) * step
+
+
+def _walk_by_direction(step, previous, m, noise):
+    """:func:`_walk_remaining` direction by direction of ``m`` (its eigenvectors, in posterior
+    sds): where the last step goes the way of the one before by more than ``WALK_SDS`` noise
+    sds, ``rho`` is the ratio of their parts; where it goes against it, the part beyond undoing
+    it, that far above the noise, is left ``WALK_RHO / (1 - WALK_RHO)`` times; else nothing.
+
+    Found on statsmodels' cancer with a resolved last curvature: a walk along a ridge while its
+    steps across it corrected each other's noise showed, as a whole, no part along the step
+    before (6 of 600 fits 3.1-5.3 own sds off); read direction by direction, 3 (at most 3.4).
+    Found in review: it fires in 11-23% of fits (its threshold counts the gradient's noise, not
+    the curvature's, and a noise step before caps ``rho``), widening them 3-5x for nothing."""
     vals, vecs = np.linalg.eigh(0.5 * (m + m.T))
     root = np.sqrt(np.maximum(vals, 0.0))
     a, b = root * (vecs.T @ step), root * (vecs.T @ previous)
