@@ -1003,16 +1003,18 @@ def test_a_walk_along_a_ridge_is_seen_direction_by_direction():
     assert _walk_remaining(*back_and_forth) is None
 
 
-def test_the_resolved_last_curvature_ends_the_lottery_on_real_covariates(monkeypatch):
+@pytest.mark.parametrize("switch", ["RESOLVED_LAST_CURVATURE", "LAST_CURVATURE_THRESHOLD"])
+def test_the_resolved_last_curvature_ends_the_lottery_on_real_covariates(monkeypatch, switch):
     """statsmodels' fair (n = 6366, d = 9) at epsilon 4, the quickstart's call: by default 20
     of 30 seeded fits are 7-85x the posterior's width (a noise count of 1-2 sds in an empty
     upper bin of the last curvature histogram read as rows: the clip 4-10x up, the weak
-    directions prior-wide). With :data:`RESOLVED_LAST_CURVATURE` (off by default: confidently
-    wrong on a misspecified Poisson GLM, see its comment) at most 3 (measured 1), none beyond
-    3 own sds."""
+    directions prior-wide). With :data:`RESOLVED_LAST_CURVATURE` or the threshold alone,
+    :data:`LAST_CURVATURE_THRESHOLD` (both off by default: confidently wrong on a misspecified
+    Poisson GLM, see their comments) at most 3 (measured 1 with either), none beyond 3 own
+    sds."""
     from benchmarks import realdata, utility
 
-    monkeypatch.setattr(warm_start_module, "RESOLVED_LAST_CURVATURE", True)
+    monkeypatch.setattr(warm_start_module, switch, True)
 
     data = realdata.load("fair")
     clip = utility.glm_clip(data)

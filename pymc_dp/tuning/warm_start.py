@@ -167,6 +167,16 @@ LAST_CURVATURE_COUNTS = 3.0
 #: of group effects fail with it (a hyper-mean 1.58 NUTS sds off, a near-separated group not
 #: named).
 RESOLVED_LAST_CURVATURE = False
+#: The fix's threshold alone (:data:`LAST_CURVATURE_COUNTS`), also OFF by default. Measured part
+#: by part (``python -m benchmarks.lottery_parts``): the threshold is the whole of the lottery's
+#: fix on fair and randhie at epsilon 4 (20 and 15 of 30 fits wider than 5x to 1 and 0, the same
+#: as all three parts); on statsmodels' cancer it takes the median error from 5.29 to 3.64
+#: posterior sds but leaves 7 of 30 fits wide (all three parts: 0, default 0), none beyond 3
+#: own sds (200 seeds: 5.14 -> 3.51, none). Alone it is confidently wrong on overdispersed counts
+#: with a heavy-tailed covariate (a tail whose counts are at the noise's level is cut, and the
+#: fit narrows more than its location's error allows): 19 of 900 coordinates beyond 3 own sds
+#: at epsilon 1 (largest 7.61) and 10 at epsilon 4 (5.16), the default none.
+LAST_CURVATURE_THRESHOLD = False
 
 
 _NO_FINITE_FIT = (
@@ -674,7 +684,7 @@ def _release_curvature(rel: _Releases, q, w, t: int, m_cnorms, m_curv, last: boo
     # one direction's information) would be averaged away, the clip would cut it, and the
     # step along that direction overshoot (found in review: a flag in 0.5% of rows)
     count_std = noise.gaussian_std(np.sqrt(2.0), m_cnorms.noise_multiplier, edges.size)
-    resolve = last and RESOLVED_LAST_CURVATURE
+    resolve = last and (RESOLVED_LAST_CURVATURE or LAST_CURVATURE_THRESHOLD)
     significant = LAST_CURVATURE_COUNTS * count_std if resolve else 0.0
     c_h, _ = choose_clip(counts, edges, top, per_unit, 2 * dim, pool=False, significant=significant)
     total, _, _ = rel.curv_kernel(q, w, np.asarray(c_h), edges[:1])
