@@ -520,16 +520,20 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
         """``q -> (log prior + log-Jacobian + potentials, its gradient)``."""
         return self._compile([self._q], [self._prior, self._prior_grad])
 
-    @cached_property
-    def _prior_value_fn(self):
-        # evaluated once per chain start: the Python linker compiles in milliseconds. PyMC's
-        # compile turns a failed parameter check (a scale of 0 where a walk reached log tau =
-        # -1000) into -inf, as in every other kernel: it raised, and the run failed (CI)
+    def _python_linked(self, output: Variable, **serialised) -> _Serialised:
+        """``q -> output`` by the Python linker, which compiles in milliseconds: for the few
+        calls of a chain start or a private fit. PyMC's compile turns a failed parameter check
+        (a scale of 0 where a walk reached log tau = -1000) into -inf, as in every other kernel:
+        it raised, and the run failed (CI)."""
         fn = compiling.pymc_compile(
-            [self._q], self._prior, mode=narrowed(Mode(linker="py", optimizer="fast_compile"))
+            [self._q], output, mode=narrowed(Mode(linker="py", optimizer="fast_compile"))
         )
         fn.trust_input = True
-        return _Serialised(fn, cache=self.n_rows > 1)
+        return _Serialised(fn, **serialised)
+
+    @cached_property
+    def _prior_value_fn(self):
+        return self._python_linked(self._prior, cache=self.n_rows > 1)
 
     def prior_value(self, q: np.ndarray) -> float:
         """Log prior (with log-Jacobian and potentials) at ``q``; reads no data."""
@@ -537,12 +541,7 @@ class PerRowLikelihood(_StorageCompiler, ClippedKernels):
 
     @cached_property
     def _prior_gradient_fn(self):
-        # a few calls per private fit: the Python linker, as for the value
-        fn = compiling.pymc_compile(
-            [self._q], self._prior_grad, mode=narrowed(Mode(linker="py", optimizer="fast_compile"))
-        )
-        fn.trust_input = True
-        return _Serialised(fn, cache=False, quiet=True)
+        return self._python_linked(self._prior_grad, cache=False, quiet=True)
 
     def prior_gradient(self, q: np.ndarray) -> np.ndarray:
         """Gradient of the log prior (with log-Jacobian and potentials) at ``q``; public."""
