@@ -103,8 +103,15 @@ def sample_chain(
     target_accept: float = 0.9,
     compile_kwargs: dict | None = None,
     logp_dlogp=None,
+    keep_tuning: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One NUTS chain on ``model``: ``(draws, dim)`` values of ``q`` and the divergences.
+    """One NUTS chain on ``model``: ``(keep_tuning + draws, dim)`` values of ``q`` and the
+    divergences.
+
+    ``keep_tuning``: how many of NUTS' own last tuning draws lead the values (for the tuning
+    iterations of the PyMC chain the step runs in, which PyMC discards: drawing them after
+    NUTS' tuning took 1000 of a default chain's 3000 NUTS iterations); NUTS tunes for
+    ``max(tune, keep_tuning)`` iterations.
 
     ``logp_dlogp``: the model's compiled ``logp_dlogp_function`` (:func:`compile_logp_dlogp`),
     shared by the chains of one step instead of compiled again by each (most of a chain's
@@ -126,12 +133,17 @@ def sample_chain(
                 kwargs["target_accept"] = target_accept
             else:
                 kwargs = {"step": _nuts_step(model, start, init, target_accept, seed, logp_dlogp)}
-            idata = _nuts(model, draws, tune, seed, start, kwargs)
+            idata = _nuts(model, draws, max(tune, keep_tuning), seed, start, kwargs)
     finally:
         logger.setLevel(level)
     _pass_on(caught)
-    q = np.asarray(idata.posterior["q"].values[0], dtype=np.float64)
-    return q, np.asarray(idata.sample_stats["diverging"].values[0], dtype=bool)
+    groups = [("warmup_posterior", "warmup_sample_stats")] if keep_tuning else []
+    q, diverging = [], []
+    for post, stats in [*groups, ("posterior", "sample_stats")]:
+        first = -keep_tuning if post.startswith("warmup") else 0
+        q.append(np.asarray(idata[post]["q"].values[0, first:], dtype=np.float64))
+        diverging.append(np.asarray(idata[stats]["diverging"].values[0, first:], dtype=bool))
+    return np.concatenate(q), np.concatenate(diverging)
 
 
 def _recorder(caught: list, thread: int) -> Callable:
@@ -176,6 +188,7 @@ def _nuts(model, draws, tune, seed, start, kwargs):
         initvals=start,
         progressbar=False,
         compute_convergence_checks=False,
+        discard_tuned_samples=False,
         **kwargs,
     )
 

@@ -194,3 +194,28 @@ def test_a_prior_that_is_not_log_concave_lends_no_information_and_no_runaway():
     )
     assert p2[0, 0] == pytest.approx(0.01)
     assert abs(g2[0] / p2[0, 0]) <= 3 * np.sqrt(near[0, 0]) + 1e-9  # not 1 / 0.01 = 100
+
+
+def test_tuning_draws_kept_for_pymc_s_tuning_iterations_are_nuts_own():
+    """``keep_tuning`` leads the draws with NUTS' last tuning draws instead of drawing more
+    after its tuning: the kept draws are the same chain's (same seed, same tuning length), and
+    a ``keep_tuning`` beyond ``tune`` lengthens the tuning."""
+    from pymc_dp.surrogate import sample_chain
+
+    with pm.Model() as model:
+        pm.Normal("q", 0.0, 1.0, shape=2)
+
+    def run(draws, tune, keep):
+        return sample_chain(
+            model, draws=draws, tune=tune, rng=np.random.default_rng(3),
+            start={"q": np.zeros(2)}, keep_tuning=keep,
+        )
+
+    plain, plain_div = run(10, 30, 0)
+    kept, kept_div = run(10, 30, 5)
+    assert plain.shape == (10, 2) and kept.shape == (15, 2) and kept_div.shape == (15,)
+    np.testing.assert_array_equal(kept[5:], plain)  # the chain after its tuning: unchanged
+    np.testing.assert_array_equal(kept_div[5:], plain_div)
+    assert not np.any(np.all(kept[:5, None] == plain[None], axis=2))  # tuning draws, not kept ones
+    longer, _ = run(10, 3, 20)
+    assert longer.shape == (30, 2)

@@ -359,8 +359,9 @@ class DPLaplace(DPStep):
             plan = self._plan
             self._draws, self._diverging = sample_chain(
                 self.surrogate_model(),
-                draws=plan.tune + plan.draws,
+                draws=plan.draws,
                 tune=self.nuts_tune,
+                keep_tuning=plan.tune,
                 rng=self.rng,
                 start={"q": self._nuts_start()},
                 target_accept=self.nuts_target_accept,

@@ -240,7 +240,6 @@ class DPSuffStats(DPStep):
         del design, outcome
         _warn_if_singular(self.release, _labels(self.linear, self._constant)[1:-1])
         self._surrogate: pm.Model | None = None
-        self._start_logp = None
         self._logp_dlogp_fn = None
 
     def error_attr(self) -> str:
@@ -318,26 +317,21 @@ class DPSuffStats(DPStep):
             self._surrogate = surrogate_model(self.likelihood, statistics)
         return self._surrogate
 
-    def sample_surrogate(self, draws: int, rng: np.random.Generator) -> tuple:
-        """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, and its
+    def sample_surrogate(
+        self, draws: int, rng: np.random.Generator, keep_tuning: int = 0
+    ) -> tuple:
+        """One NUTS chain of ``draws`` kept draws of ``q`` on :meth:`surrogate_model`, after
+        ``keep_tuning`` of its tuning draws (:func:`~pymc_dp.surrogate.sample_chain`), and its
         divergences."""
-        q0 = self.likelihood.ravel(compiling.initial_point(self.likelihood.model))
-        # start where the latent A is positive definite: the released one may not be
-        if self._cholesky():
-            lower, noise_b = cholesky_start(self.release)
-            start = {"q": q0, "chol": lower, "noise_b": noise_b}
-        else:
-            start = {"q": q0, "noise": start_noise(self.release)}
+        start = self._start()
+        q0 = start["q"]
         # PyMC's jitter (U(-1, 1) on every coordinate, redrawn up to 10 times where the density
         # is not finite) is applied to the parameters only: on the latent noise it moves A by
         # ~1.2 sqrt(k) noise sds, out of its positive definite support where the release is
         # noisy (sklearn's diabetes, n = 442, epsilon 1: every run failed at NUTS' start)
-        if self._start_logp is None:
-            kwargs = self.likelihood_kwargs["compile_kwargs"] or {}
-            self._start_logp = compiling.locked(self.surrogate_model().compile_logp, **kwargs)
         for _ in range(10):
             q = q0 + rng.uniform(-1.0, 1.0, q0.shape)
-            if np.isfinite(self._start_logp({**start, "q": q})):
+            if np.isfinite(self._surrogate_logp({**start, "q": q})):
                 start["q"] = q
                 break
         return sample_chain(
@@ -349,7 +343,24 @@ class DPSuffStats(DPStep):
             init=self._nuts_init(),
             target_accept=self.nuts_target_accept,
             logp_dlogp=self._logp_dlogp(),
+            keep_tuning=keep_tuning,
         )
+
+    def _start(self) -> dict:
+        """NUTS' start before its jitter: the model's initial point, and latent noise where the
+        latent A is positive definite (the released one may not be)."""
+        q0 = self.likelihood.ravel(compiling.initial_point(self.likelihood.model))
+        if self._cholesky():
+            lower, noise_b = cholesky_start(self.release)
+            return {"q": q0, "chol": lower, "noise_b": noise_b}
+        return {"q": q0, "noise": start_noise(self.release)}
+
+    def _surrogate_logp(self, point: dict) -> float:
+        """The surrogate's log density at ``point``, by the shared compiled function (a
+        ``compile_logp`` of its own cost a second compile in every process)."""
+        fn = self._logp_dlogp()
+        values = [np.asarray(point[v.name], dtype=float).ravel() for v in fn._grad_vars]
+        return float(fn._pytensor_function(np.concatenate(values))[0])
 
     def _logp_dlogp(self):
         """The surrogate's compiled density, one for all chains of the process (was 3-4 s a
@@ -358,6 +369,15 @@ class DPSuffStats(DPStep):
             kwargs = self.likelihood_kwargs["compile_kwargs"]
             self._logp_dlogp_fn = compile_logp_dlogp(self.surrogate_model(), kwargs)
         return self._logp_dlogp_fn
+
+    def use_plan(self, plan) -> None:
+        """As :meth:`~pymc_dp.budget.Budgeted.use_plan`, and the surrogate's density
+        compiled and called once here, before PyMC's workers start: numba compiles it at its
+        first call, which every worker process otherwise did for itself (15 of a chain's 25 s
+        on the everyday notebook's linear regression)."""
+        super().use_plan(plan)
+        if plan is not None:
+            compiling.locked(self._surrogate_logp, self._start())
 
     def _cholesky(self) -> bool:
         """Whether the latent A is sampled through its Cholesky factor (:func:`~pymc_dp.
@@ -377,7 +397,9 @@ class DPSuffStats(DPStep):
     # ------------------------------------------------------------------ per chain
     def _reset_chain(self) -> None:
         plan = self._plan
-        self._draws, self._diverging = self.sample_surrogate(plan.tune + plan.draws, self.rng)
+        self._draws, self._diverging = self.sample_surrogate(
+            plan.draws, self.rng, keep_tuning=plan.tune
+        )
 
     def _iterate(self, q: np.ndarray) -> tuple[np.ndarray, dict]:
         i = self.chain.iteration
